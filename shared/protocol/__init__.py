@@ -1,0 +1,11 @@
+"""Every wire type of the stack, defined once: Redis messages and HTTP bodies (pydantic models).
+
+One module per contract: ``trajectory`` (rollout → trainer over the ``trajectories`` stream) and ``weights``
+(trainer → everyone over the ``weights`` stream). Service issues add ``retrieval``, ``inference``,
+``search`` beside them. Servers and clients import the same classes.
+"""
+
+from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
+from shared.protocol.weights import WeightUpdate
+
+__all__ = ["Role", "Sample", "TrajectoryGroup", "WeightUpdate"]

@@ -1,0 +1,87 @@
+"""A trajectory group: the ``n`` samples of one prompt, scored, as the rollout publishes it to the trainer.
+
+Token-in/token-out: each sample carries the exact token ids the policy saw and produced, with per-token
+loss mask, sampler logprob and policy version, so the trainer never re-tokenises text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Which agent role produced a sample. ``policy`` is the flat single-role agent (search-r1, tool-agent).
+Role = Literal["policy", "planner", "executor", "thinker"]
+
+
+class Sample(BaseModel):
+    """One token sequence to train on: a flat episode, a planner episode, or one executor sub-episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_id: str = Field(description="Unique id of this sample")
+    role: Role = Field("policy", description="Agent role that generated the sampled tokens")
+    parent_id: str | None = Field(None, description="For an executor: the sample_id of its planner")
+    token_ids: list[int] = Field(description="Full sequence: prompt tokens, then generated and inserted tokens")
+    prompt_len: int = Field(ge=0, description="Number of leading tokens that are the initial prompt")
+    loss_mask: list[int] = Field(description="Per token: 1 only where the trained policy sampled the token")
+    logprobs: list[float] = Field(description="Per token: the sampler's logprob (0.0 where loss_mask is 0)")
+    versions: list[int] = Field(description="Per token: policy version that sampled it (-1 where loss_mask is 0)")
+    reward: float = Field(0.0, description="Scalar reward after combination")
+    reward_components: dict[str, float] = Field(default_factory=dict, description="Named reward parts")
+    num_turns: int = Field(0, ge=0, description="Policy turns taken")
+    finish_reason: str = Field("stop", description="stop | length | budget | error")
+    text: str | None = Field(None, description="Decoded text, for debugging and logs only")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Sample:
+        n = len(self.token_ids)
+        for name in ("loss_mask", "logprobs", "versions"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n} tokens")
+        if self.prompt_len > n:
+            raise ValueError(f"prompt_len {self.prompt_len} exceeds the {n} tokens")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("loss_mask entries must be 0 or 1")
+        if any(self.loss_mask[: self.prompt_len]):
+            raise ValueError("prompt tokens must have loss_mask 0")
+        return self
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def min_version(self) -> int | None:
+        """Oldest policy version among the trained tokens (None when nothing is trained)."""
+        trained = [v for v, m in zip(self.versions, self.loss_mask, strict=True) if m]
+        return min(trained) if trained else None
+
+
+class TrajectoryGroup(BaseModel):
+    """All samples of one prompt under a globally unique group id: the GRPO baseline is taken inside it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Globally unique group id")
+    prompt_id: str = Field(description="Dataset id of the prompt")
+    recipe: str = Field(description="Recipe that produced it (search-r1, coda, …)")
+    data_source: str = Field("", description="Dataset / split the prompt came from")
+    question: str = Field("", description="The question or task text")
+    golden_answers: list[str] = Field(default_factory=list, description="Reference answers")
+    policy_version: int = Field(ge=0, description="Policy version when the group was dispatched")
+    samples: list[Sample] = Field(min_length=1, description="The n rollouts (plus executor sub-samples)")
+    created_at: float = Field(description="Unix time the group was published")
+    timing: dict[str, float] = Field(default_factory=dict, description="Seconds spent per phase")
+    metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique_samples(self) -> TrajectoryGroup:
+        ids = [s.sample_id for s in self.samples]
+        if len(set(ids)) != len(ids):
+            raise ValueError("sample_id values must be unique within a group")
+        known = set(ids)
+        for s in self.samples:
+            if s.parent_id is not None and s.parent_id not in known:
+                raise ValueError(f"sample {s.sample_id} names parent {s.parent_id}, which is not in the group")
+        return self

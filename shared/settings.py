@@ -1,0 +1,137 @@
+"""Base for every service's settings: one pydantic-settings class per service.
+
+Precedence, lowest to highest: field defaults < the recipe's TOML section < environment < command line.
+A recipe (``configs/*.toml``) describes one experiment for all services; each service reads its own table
+(``[retriever]``, ``[rollout]``, …). Unknown keys are errors (``extra="forbid"``) so typos never pass silently.
+
+    class RetrieverSettings(ServiceSettings):
+        model_config = service_config("CODA_RETRIEVER_")
+        toml_section: ClassVar[str] = "retriever"
+        port: int = Field(8000, description="HTTP port")
+
+    settings = RetrieverSettings.load(recipe="configs/tiny-cpu.toml", port=9000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+RECIPE_ENV = "CODA_RECIPE"
+_recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
+
+
+def service_config(env_prefix: str, **extra: Any) -> SettingsConfigDict:
+    """The house ``model_config``: an env prefix, unknown keys forbidden, nested env with ``__``."""
+    return SettingsConfigDict(env_prefix=env_prefix, extra="forbid", env_nested_delimiter="__",
+                              validate_default=True, **extra)
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The whole recipe TOML as a dict, with a clear error for a missing or malformed file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe file not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"recipe {path} is not valid TOML: {exc}") from exc
+
+
+class TomlSectionSource(PydanticBaseSettingsSource):
+    """Settings from one table of the recipe file (the service's section)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | None, section: str) -> None:
+        super().__init__(settings_cls)
+        self.values: dict[str, Any] = {}
+        if path:
+            table = read_recipe(path).get(section, {})
+            if not isinstance(table, dict):
+                raise ValueError(f"recipe {path}: [{section}] must be a table")
+            self.values = table
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+class ServiceSettings(BaseSettings):
+    """Subclass per service; set ``model_config = service_config(PREFIX)`` and ``toml_section``."""
+
+    model_config = service_config("CODA_")
+    toml_section: ClassVar[str] = "common"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        recipe = _recipe.get() or os.environ.get(RECIPE_ENV)
+        # First wins: command line (init kwargs) > environment > recipe > defaults.
+        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section)
+
+    @classmethod
+    def load(cls, recipe: str | Path | None = None, **overrides: Any):
+        """Build the settings from a recipe file (or ``$CODA_RECIPE``), the environment and overrides."""
+        token = _recipe.set(str(recipe) if recipe else None)
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        finally:
+            _recipe.reset(token)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One ``--flag`` per field (help from its description) plus ``--recipe``."""
+        parser.add_argument("--recipe", default=None,
+                            help=f"recipe TOML; its [{cls.toml_section}] table is read (env: {RECIPE_ENV})")
+        group = parser.add_argument_group(f"{cls.toml_section} settings (env prefix "
+                                          f"{cls.model_config.get('env_prefix', '')})")
+        for name, field in cls.model_fields.items():
+            flag = "--" + name.replace("_", "-")
+            default = field.default if field.default is not None else "none"
+            group.add_argument(flag, dest=f"setting__{name}", default=None, metavar=_metavar(field),
+                               help=f"{field.description or ''} (default: {default})")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace):
+        """Settings from parsed ``add_arguments`` flags (flags left out fall through to env/recipe/defaults)."""
+        overrides = {}
+        for name, field in cls.model_fields.items():
+            raw = getattr(args, f"setting__{name}", None)
+            if raw is not None:
+                overrides[name] = _parse_cli_value(raw, field)
+        return cls.load(getattr(args, "recipe", None), **overrides)
+
+
+def _is_complex(annotation: Any) -> bool:
+    """True for list/dict/model fields, which take JSON on the command line."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_complex(a) for a in typing.get_args(annotation) if a is not type(None))
+    if origin in (list, dict, tuple, set):
+        return True
+    return isinstance(annotation, type) and issubclass(annotation, (BaseModel, list, dict))
+
+
+def _metavar(field: FieldInfo) -> str:
+    return "JSON" if _is_complex(field.annotation) else "VALUE"
+
+
+def _parse_cli_value(raw: str, field: FieldInfo) -> Any:
+    if _is_complex(field.annotation):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected JSON for this setting, got {raw!r}: {exc}") from exc
+    return raw

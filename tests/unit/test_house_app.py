@@ -1,0 +1,70 @@
+"""The house FastAPI app: /health, /metrics without a redirect, 400 with a message for bad bodies, 413."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from shared.http import ApiError, create_app
+from shared.log import JsonFormatter, KeyValueFormatter, get_logger
+
+
+class Body(BaseModel):
+    n: int
+
+
+def make_client(checks=None):
+    app, _registry = create_app("demo", health_checks=checks, max_body_bytes=100)
+
+    @app.post("/echo")
+    def echo(body: Body) -> dict:
+        if body.n < 0:
+            raise ApiError("n must be >= 0, got -1")
+        return {"n": body.n}
+
+    return TestClient(app)
+
+
+def test_health_and_metrics():
+    client = make_client({"index": lambda: "loaded"})
+    r = client.get("/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["checks"] == {"index": "loaded"}
+    client.post("/echo", json={"n": 1})
+    m = client.get("/metrics", follow_redirects=False)
+    assert m.status_code == 200
+    assert 'coda_http_requests_total{route="/echo",service="demo",status="200"} 1.0' in m.text
+
+
+def test_failing_health_check_is_503():
+    def broken():
+        raise RuntimeError("no index")
+
+    r = make_client({"index": broken}).get("/health")
+    assert r.status_code == 503 and "no index" in r.json()["checks"]["index"]
+
+
+def test_bad_input_is_4xx_with_message():
+    client = make_client()
+    r = client.post("/echo", json={"n": "x"})
+    assert r.status_code == 400 and "n: Input should be a valid integer" in r.json()["error"]["message"]
+    r = client.post("/echo", json={"n": -1})
+    assert r.status_code == 400 and r.json()["error"]["message"] == "n must be >= 0, got -1"
+    r = client.post("/echo", content=b'{"n": 1' + b" " * 200 + b"}", headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "exceeds the limit of 100 bytes" in r.json()["error"]["message"]
+
+
+def _record(**extra) -> logging.LogRecord:
+    record = logging.LogRecord("demo", logging.INFO, __file__, 1, "hello world", None, None)
+    for k, v in extra.items():
+        setattr(record, k, v)
+    return record
+
+
+def test_log_formats():
+    line = KeyValueFormatter().format(_record(group_id="g1", n=3))
+    assert 'msg="hello world"' in line and "group_id=g1" in line and "n=3" in line
+    doc = JsonFormatter().format(_record(n=3))
+    assert '"msg": "hello world"' in doc and '"n": 3' in doc
+    assert get_logger("x") is logging.getLogger("x")

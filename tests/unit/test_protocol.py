@@ -1,0 +1,80 @@
+"""Round trips for every wire type: pydantic JSON and the stream's msgpack encoding give the same object."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from shared.protocol import Sample, TrajectoryGroup, WeightUpdate
+from shared.stream import decode, encode
+from tests.factories import make_group, make_sample, make_weight_update
+
+MESSAGES = [make_sample(), make_group(), make_weight_update()]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_json_round_trip(message):
+    again = type(message).model_validate_json(message.model_dump_json())
+    assert again == message
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_msgpack_round_trip(message):
+    fields = encode(message)
+    assert fields[b"type"] == type(message).__name__.encode()
+    assert decode(type(message), fields) == message
+
+
+def test_msgpack_is_more_compact_than_json():
+    group = make_group(n=8)
+    assert len(encode(group)[b"data"]) < len(group.model_dump_json())
+
+
+def test_sample_rejects_misaligned_arrays():
+    good = make_sample().model_dump()
+    good["logprobs"] = good["logprobs"][:-1]
+    with pytest.raises(ValidationError, match="logprobs has 6 entries for 7 tokens"):
+        Sample.model_validate(good)
+
+
+def test_sample_rejects_trained_prompt_tokens():
+    doc = make_sample().model_dump()
+    doc["loss_mask"][0] = 1
+    with pytest.raises(ValidationError, match="prompt tokens must have loss_mask 0"):
+        Sample.model_validate(doc)
+
+
+def test_group_rejects_duplicate_and_dangling_ids():
+    doc = make_group().model_dump()
+    doc["samples"][1]["sample_id"] = doc["samples"][0]["sample_id"]
+    with pytest.raises(ValidationError, match="unique"):
+        TrajectoryGroup.model_validate(doc)
+    doc = make_group().model_dump()
+    doc["samples"][1]["parent_id"] = "nobody"
+    with pytest.raises(ValidationError, match="not in the group"):
+        TrajectoryGroup.model_validate(doc)
+
+
+def test_group_ids_are_unique_by_default():
+    assert make_group().group_id != make_group().group_id
+
+
+def test_min_version_looks_only_at_trained_tokens():
+    sample = make_sample()
+    assert sample.min_version() == 2
+    assert sample.num_trained_tokens == 4
+
+
+def test_weight_update_rejects_unknown_kind():
+    doc = make_weight_update().model_dump() | {"kind": "delta"}
+    with pytest.raises(ValidationError):
+        WeightUpdate.model_validate(doc)
+
+
+def test_decode_reports_what_is_wrong():
+    with pytest.raises(ValueError, match="no 'data' field"):
+        decode(WeightUpdate, {b"x": b"1"})
+    with pytest.raises(ValueError, match="not msgpack"):
+        decode(WeightUpdate, {b"data": b"\xc1"})
+    with pytest.raises(ValueError, match="does not validate as WeightUpdate"):
+        decode(WeightUpdate, encode(make_group()))
