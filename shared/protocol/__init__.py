@@ -5,7 +5,24 @@ One module per contract: ``trajectory`` (rollout → trainer over the ``trajecto
 ``search`` beside them. Servers and clients import the same classes.
 """
 
+from shared.protocol.retrieval import (
+    Document,
+    RetrievedDocument,
+    RetrieveRequest,
+    RetrieveResponse,
+    ScoredDocument,
+)
 from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
 from shared.protocol.weights import WeightUpdate
 
-__all__ = ["Role", "Sample", "TrajectoryGroup", "WeightUpdate"]
+__all__ = [
+    "Document",
+    "RetrieveRequest",
+    "RetrieveResponse",
+    "RetrievedDocument",
+    "Role",
+    "Sample",
+    "ScoredDocument",
+    "TrajectoryGroup",
+    "WeightUpdate",
+]
