@@ -5,6 +5,14 @@ One module per contract: ``trajectory`` (rollout → trainer over the ``trajecto
 ``search`` beside them. Servers and clients import the same classes.
 """
 
+from shared.protocol.inference import (
+    CollectiveRpcRequest,
+    CompletionRequest,
+    CompletionResponse,
+    LoadLoRAAdapterRequest,
+    ModelList,
+    UnloadLoRAAdapterRequest,
+)
 from shared.protocol.retrieval import (
     Document,
     RetrievedDocument,
@@ -16,7 +24,12 @@ from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
 from shared.protocol.weights import WeightUpdate
 
 __all__ = [
+    "CollectiveRpcRequest",
+    "CompletionRequest",
+    "CompletionResponse",
     "Document",
+    "LoadLoRAAdapterRequest",
+    "ModelList",
     "RetrieveRequest",
     "RetrieveResponse",
     "RetrievedDocument",
@@ -24,5 +37,6 @@ __all__ = [
     "Sample",
     "ScoredDocument",
     "TrajectoryGroup",
+    "UnloadLoRAAdapterRequest",
     "WeightUpdate",
 ]
