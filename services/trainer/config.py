@@ -1,0 +1,104 @@
+"""Trainer settings: one pydantic-settings class (env prefix ``CODA_TRAINER_``, recipe table ``[trainer]``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from shared.settings import ServiceSettings, service_config
+
+
+class TrainerSettings(ServiceSettings):
+    """Everything the trainer reads: model, engine, loss, batching, RED, publishing, checkpoints, logging."""
+
+    model_config = service_config("CODA_TRAINER_")
+    toml_section: ClassVar[str] = "trainer"
+
+    # ---------------------------------------------------------------- model and engine
+    model: str = Field("models/tiny", description="Hugging Face model folder of the initial policy")
+    reference_model: str | None = Field(
+        None, description="Folder of the fixed KL reference (default: the initial policy `model`)")
+    finetune: Literal["full", "lora"] = Field("full", description="Full fine-tuning or a LoRA adapter (peft)")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank r")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout")
+    lora_targets: list[str] = Field(["q_proj", "k_proj", "v_proj", "o_proj"],
+                                    description="Module names that get LoRA adapters")
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Parameter precision: auto = bf16 on GPU, fp32 on CPU")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps")
+    grad_clip: float = Field(1.0, ge=0, description="Gradient-norm clip (0 = off)")
+    seed: int = Field(0, description="Seed of torch / numpy / python RNGs")
+
+    # ---------------------------------------------------------------- batching
+    groups_per_step: int = Field(8, ge=1, description="Trajectory groups per optimizer step")
+    max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = run forever)")
+    micro_batch_tokens: int = Field(4096, ge=16, description="Token budget of one packed micro-batch")
+    packing: bool = Field(True, description="Pack samples into micro-batches (False: one padded row per sample)")
+    logprob_chunk: int = Field(1024, ge=1, description="Tokens per chunk when computing logprobs from logits")
+    max_staleness: int = Field(1, ge=0, description="Samples older than this many versions are stale")
+    stale_policy: Literal["drop", "correct"] = Field(
+        "drop", description="Stale samples: drop them (counted) or keep them with importance correction")
+    read_block_ms: int = Field(1000, ge=1, description="How long one stream read waits for new groups")
+
+    # ---------------------------------------------------------------- loss
+    advantage: Literal["grpo", "dr_grpo"] = Field("grpo", description="Group-normalised advantages variant")
+    per_role_baseline: bool = Field(False, description="Separate group baselines per agent role")
+    clip_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1")
+    clip_high: float = Field(0.28, ge=0, description="PPO clip epsilon above 1 (clip-higher)")
+    dual_clip: float | None = Field(None, description="Dual-clip constant c (> 1) for negative advantages")
+    loss_agg: Literal["token-mean", "seq-mean"] = Field("token-mean", description="Loss aggregation")
+    kl_coef: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0 = no reference model)")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
+    entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
+    is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
+
+    # ---------------------------------------------------------------- RED / SFT co-training
+    sft_data: str | None = Field(None, description="SFT demonstrations JSONL (from make-sft); None = GRPO only")
+    sft_batch: int = Field(4, ge=1, description="Demonstrations per optimizer step")
+    sft_coef: float = Field(0.1, ge=0, description="SFT loss coefficient (multiplied by the RED weight)")
+    red_g: float = Field(5.0, ge=1, description="RED clamp constant G")
+    red_accuracy_aware: bool = Field(True, description="Multiply the RED weight by the accuracy factor")
+    red_accuracy_key: str = Field("f1", description="Reward component that counts as accuracy (> 0)")
+
+    # ---------------------------------------------------------------- publishing
+    inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
+    publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
+    weights_dir: str = Field("runs/weights", description="Where published weights are written")
+    keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")
+
+    # ---------------------------------------------------------------- checkpoints
+    checkpoint_dir: str = Field("runs/checkpoints", description="Checkpoint folder")
+    checkpoint_every: int = Field(1, ge=1, description="Checkpoint every k steps (groups are acked after)")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (last K)")
+    resume: Literal["auto", "never"] = Field("auto", description="auto: continue from the latest checkpoint")
+
+    # ---------------------------------------------------------------- Redis
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams")
+    stream: str = Field("trajectories", description="Stream of trajectory groups")
+    consumer_group: str = Field("trainer", description="Consumer group on the stream")
+    consumer: str = Field("trainer-0", description="This trainer's consumer name (stable across restarts)")
+    weights_stream: str = Field("weights", description="Stream of weight-update events")
+    version_key: str = Field("policy:version", description="Redis key holding the live policy version")
+
+    # ---------------------------------------------------------------- observability
+    host: str = Field("127.0.0.1", description="Bind address of /health and /metrics")
+    port: int = Field(8003, ge=0, le=65535, description="HTTP port of /health and /metrics (0 = off)")
+    log_dir: str = Field("runs/logs", description="JSONL log and PNG plots")
+    plot_every: int = Field(10, ge=1, description="Redraw the PNG plots every k steps")
+    wandb_project: str | None = Field(None, description="wandb project (None = wandb off)")
+    wandb_mode: Literal["offline", "online"] = Field("offline", description="wandb mode")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainerSettings:
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError("dual_clip must be > 1")
+        if self.finetune == "lora" and self.zero_stage == 3:
+            raise ValueError("LoRA with ZeRO-3 is not supported: use zero_stage <= 2")
+        return self
