@@ -1,0 +1,12 @@
+"""Reward functions: pure Python/numpy, no torch, no network of their own (clients and embedders are passed in).
+
+Modules: ``answer`` (EM/F1 rewards and the 6·F1−3 mapping), ``format`` (per-tag score, strict sequence
+validator), ``retrieval`` (refine, information reverse-rank, MRR), ``similarity`` (embedding cosine,
+subproblem independence), ``efficiency`` (token efficiency, length penalty, think fraction), ``judge``
+(LLM judge), ``recipes`` (one reward per recipe), ``combine`` (reward combination inside a prompt group).
+Every recipe reward returns a ``RewardResult``: the scalar and its named components.
+"""
+
+from shared.rewards.result import RewardResult
+
+__all__ = ["RewardResult"]

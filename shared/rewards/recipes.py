@@ -1,0 +1,116 @@
+"""One reward per recipe, composed from the reward modules. Each returns a ``RewardResult``.
+
+- ``coda_reward``: ``(6·F1 − 3) + w_fmt·(planner_fmt + mean executor_fmt) + w_ref·refine`` (R ∈ [−3, 3.3]).
+- ``search_r1_reward``: EM of the last ``<answer>``, optionally with Search-R1's structure-format shaping.
+- ``recursive_reasoner_reward``: ``w_c·correct + w_t·efficiency + w_i·independence``; 0.1 on a parse failure.
+- ``tool_agent_reward``: MRR, answer similarity and the think-format fraction, weighted (the group-level
+  combination schemes are in ``shared.rewards.combine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from shared.answers import answer_scores, as_gold_list, extract_all_tags, extract_answer, sub_exact_match
+from shared.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
+from shared.rewards.efficiency import token_efficiency
+from shared.rewards.format import is_valid_sequence, role_format_score
+from shared.rewards.result import RewardResult
+from shared.rewards.retrieval import information_reverse_rank, mrr, refine_score
+
+
+def coda_reward(planner_response: str, executor_responses: Sequence[str], golds: str | Iterable[str], *,
+                metric: AnswerMetric = "f1", format_weight: float = 0.1, refine_weight: float = 0.1,
+                answer_score: float | None = None) -> RewardResult:
+    """CoDA: ``R = (6·s − 3) + format_weight·(fmt_planner + mean_e fmt_executor_e) + refine_weight·refine``.
+
+    ``s`` is the ``metric`` score of the planner's last ``<answer>`` (0 when missing), or ``answer_score`` when
+    given (e.g. an LLM-judge score in [0, 1]). ``fmt`` is the graduated per-tag score with each role's own tag
+    list; the executor term is the mean over this planner's executors (0 with none). ``refine`` is 1 if any
+    executor's ``<refine>`` text covers a gold (cover-EM). The same R goes to the planner and its executors.
+    """
+    golds = as_gold_list(golds)
+    scores = answer_scores(extract_answer(planner_response), golds)
+    s = scores[metric] if answer_score is None else float(answer_score)
+    planner_fmt = role_format_score(planner_response, "planner")
+    executor_fmt = (sum(role_format_score(r, "executor") for r in executor_responses) / len(executor_responses)
+                    if executor_responses else 0.0)
+    refine = max((refine_score(r, golds) for r in executor_responses), default=0.0)
+    answer_term = affine_answer_reward(s)
+    reward = answer_term + format_weight * (planner_fmt + executor_fmt) + refine_weight * refine
+    info_rr = max((information_reverse_rank(r, golds) for r in executor_responses), default=0.0)
+    components = {
+        "answer": s, "answer_term": answer_term, "answer_em": scores["em"], "answer_f1": scores["f1"],
+        "answer_sub_em": scores["sub_em"], "answer_cover_em": scores["cover_em"],
+        "planner_format": planner_fmt, "executor_format": executor_fmt, "refine": refine,
+        "information_reverse_rank": info_rr, "num_executors": float(len(executor_responses)),
+    }
+    return RewardResult(reward=reward, components=components)
+
+
+def search_r1_reward(response: str, golds: str | Iterable[str], *, metric: AnswerMetric = "em",
+                     structure_format_score: float = 0.0, final_format_score: float = 0.0,
+                     retrieval_score: float = 0.0) -> RewardResult:
+    """Search-R1: the ``metric`` score of the last ``<answer>`` (0 without one); with all shaping weights at 0
+    (the default) that is all.
+
+    With shaping (the seed's format variant; e.g. structure 0.2, final 0.1), ``valid`` = the strict sequence
+    validator, ``hit`` = a gold appears (sub-EM) in some ``<information>`` block:
+      correct & valid → s;  correct & invalid → s − structure;  wrong & valid → structure (+ retrieval if hit);
+      wrong & invalid → final (0 when there is no answer at all).
+    """
+    base = answer_reward(response, golds, metric)
+    valid = is_valid_sequence(response, "policy")
+    hit = any(sub_exact_match(block, golds) for block in extract_all_tags(response, "information"))
+    components = {**base.components, "valid_format": float(valid), "retrieval_hit": float(hit)}
+    if structure_format_score == final_format_score == retrieval_score == 0.0:
+        return RewardResult(reward=base.reward, components=components)
+    if base.reward > 0:
+        reward = base.reward if valid else base.reward - structure_format_score
+    elif valid:
+        reward = structure_format_score + (retrieval_score if hit else 0.0)
+    else:
+        reward = final_format_score if components["has_answer"] else 0.0
+    return RewardResult(reward=reward, components=components)
+
+
+def recursive_reasoner_reward(*, parsed: bool, correct: bool, tokens: int, decomposed: bool,
+                              independence: float, token_budget: int = 1000, correctness_weight: float = 1.0,
+                              token_weight: float = 0.2, independence_weight: float = 0.3,
+                              parse_failure_reward: float = 0.1) -> RewardResult:
+    """``R = w_c·correct + w_t·(1 − min(tokens/T, 1)) + w_i·(independence if decomposed else 0.5)``.
+
+    A plan that does not parse gets ``parse_failure_reward`` (0.1). ``tokens`` is what the caller charges the
+    episode (the seed counted only the frozen worker's tokens and fixed T = 1000; here both are the caller's
+    choice: count the tokens the trained planner controls, e.g. planner + worker).
+    """
+    if not parsed:
+        return RewardResult(reward=parse_failure_reward, components={"parsed": 0.0})
+    efficiency = token_efficiency(tokens, token_budget)
+    indep = independence if decomposed else 0.5
+    reward = correctness_weight * float(correct) + token_weight * efficiency + independence_weight * indep
+    components = {"parsed": 1.0, "correct": float(correct), "token_efficiency": efficiency,
+                  "independence": indep, "decomposed": float(decomposed), "tokens": float(tokens)}
+    return RewardResult(reward=reward, components=components)
+
+
+TOOL_AGENT_WEIGHTS: Mapping[str, float] = {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0}
+
+
+def tool_agent_reward(*, retrieved_ids: Sequence[Sequence[str]], gold_doc_ids: Iterable[str],
+                      similarity: float, think_fraction: float,
+                      weights: Mapping[str, float] | None = None) -> RewardResult:
+    """Tool agent: ``R = Σ_k w_k · r_k`` over ``mrr`` (best reciprocal rank of a gold doc over the search
+    calls), ``answer_similarity`` (``max(0, cos)``, see ``similarity.answer_similarity``) and ``format``
+    (the ``</think>`` fraction, see ``efficiency.think_format_fraction``). Default weights are all 1.
+
+    Group-level schemes (uniform, std, PCA, L2) re-combine the components with ``combine.combine_rewards``.
+    """
+    weights = dict(TOOL_AGENT_WEIGHTS if weights is None else weights)
+    components = {"mrr": mrr(retrieved_ids, gold_doc_ids), "answer_similarity": float(similarity),
+                  "format": float(think_fraction)}
+    unknown = set(weights) - set(components)
+    if unknown:
+        raise ValueError(f"unknown tool-agent reward weights {sorted(unknown)}; known: {sorted(components)}")
+    reward = sum(weights.get(k, 0.0) * v for k, v in components.items())
+    return RewardResult(reward=reward, components=components)
