@@ -20,6 +20,7 @@ from shared.protocol.retrieval import (
     RetrieveResponse,
     ScoredDocument,
 )
+from shared.protocol.search import SearchRequest, SearchResponse
 from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
 from shared.protocol.weights import WeightUpdate
 
@@ -36,6 +37,8 @@ __all__ = [
     "Role",
     "Sample",
     "ScoredDocument",
+    "SearchRequest",
+    "SearchResponse",
     "TrajectoryGroup",
     "UnloadLoRAAdapterRequest",
     "WeightUpdate",
