@@ -42,14 +42,16 @@ class TrainerSettings(ServiceSettings):
     micro_batch_tokens: int = Field(4096, ge=16, description="Token budget of one packed micro-batch")
     packing: bool = Field(True, description="Pack samples into micro-batches (False: one padded row per sample)")
     logprob_chunk: int = Field(1024, ge=1, description="Tokens per chunk when computing logprobs from logits")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts (logits / T)")
     max_staleness: int = Field(1, ge=0, description="Samples older than this many versions are stale")
     stale_policy: Literal["drop", "correct"] = Field(
         "drop", description="Stale samples: drop them (counted) or keep them with importance correction")
     read_block_ms: int = Field(1000, ge=1, description="How long one stream read waits for new groups")
 
     # ---------------------------------------------------------------- loss
-    advantage: Literal["grpo", "dr_grpo"] = Field("grpo", description="Group-normalised advantages variant")
-    per_role_baseline: bool = Field(False, description="Separate group baselines per agent role")
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator")
+    role_baseline: Literal["inherit", "per_role", "pooled"] = Field(
+        "inherit", description="Executors inherit the planner advantage, get their own baseline, or share one")
     clip_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1")
     clip_high: float = Field(0.28, ge=0, description="PPO clip epsilon above 1 (clip-higher)")
     dual_clip: float | None = Field(None, description="Dual-clip constant c (> 1) for negative advantages")

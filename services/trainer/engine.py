@@ -1,0 +1,128 @@
+"""The model in a DeepSpeed engine: process group, policy (full or LoRA), fixed reference, optimizer.
+
+On CPU DeepSpeed talks gloo and must not JIT-compile anything: the shared-memory comm op build is
+switched off before init (``reference/env-notes.md`` §2a), and the optimizer is a torch ``AdamW``
+instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
+``RANK``/``WORLD_SIZE``/``MASTER_*`` variables torchrun would set, so DeepSpeed never tries MPI discovery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from services.trainer.config import TrainerSettings
+from services.trainer.logprobs import PolicyLogprobs
+from shared.log import get_logger
+from shared.redis_server import free_port
+
+log = get_logger(__name__)
+
+
+def init_distributed() -> torch.device:
+    """Join (or create) the process group; returns this rank's device."""
+    if "RANK" not in os.environ:  # a lone process, not launched by torchrun/deepspeed
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())))
+    import deepspeed
+
+    # `import deepspeed.comm.torch as m` would bind the torch package itself (a name in deepspeed.comm
+    # shadows the submodule); importlib returns the real submodule.
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    cuda = torch.cuda.is_available()
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def param_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
+    if settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_lm(path: str, settings: TrainerSettings, dtype: torch.dtype) -> nn.Module:
+    """The Hugging Face causal LM at ``path``, with LoRA and gradient checkpointing as configured."""
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    lm.config.use_cache = False
+    if settings.gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if settings.finetune == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        cfg = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+                         target_modules=list(settings.lora_targets), task_type="CAUSAL_LM")
+        lm = get_peft_model(lm, cfg)
+    return lm
+
+
+def load_reference(settings: TrainerSettings, device: torch.device, dtype: torch.dtype) -> PolicyLogprobs | None:
+    """The fixed KL reference: always the configured initial weights, never a resumed checkpoint."""
+    if settings.kl_coef == 0:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(settings.reference_model or settings.model, dtype=dtype,
+                                              attn_implementation="sdpa")
+    lm.requires_grad_(False)
+    return PolicyLogprobs(lm, settings.logprob_chunk, settings.temperature).to(device).eval()
+
+
+def ds_config(settings: TrainerSettings, dtype: torch.dtype) -> dict:
+    return {
+        # Micro-batches are token-budgeted and counted by us: one "micro-batch" per backward, the step
+        # boundary set explicitly (engine.set_gradient_accumulation_boundary).
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": settings.grad_clip,
+        "zero_optimization": {"stage": settings.zero_stage},
+        "bf16": {"enabled": dtype == torch.bfloat16},
+        "fp16": {"enabled": False},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+@dataclass
+class Engine:
+    """The DeepSpeed engine around ``PolicyLogprobs`` plus what the loop needs next to it."""
+
+    engine: object  # deepspeed.DeepSpeedEngine
+    policy: PolicyLogprobs  # engine.module
+    device: torch.device
+    rank: int
+    world: int
+
+    @property
+    def lm(self) -> nn.Module:
+        return self.policy.lm
+
+
+def build_engine(settings: TrainerSettings, device: torch.device) -> Engine:
+    import deepspeed
+
+    dtype = param_dtype(settings, device)
+    policy = PolicyLogprobs(load_lm(settings.model, settings, dtype), settings.logprob_chunk, settings.temperature)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=tuple(settings.betas),
+                                  weight_decay=settings.weight_decay)
+    warmup = settings.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+    engine, _, _, _ = deepspeed.initialize(model=policy, model_parameters=params, optimizer=optimizer,
+                                           lr_scheduler=scheduler, config=ds_config(settings, dtype))
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    log.info("engine ready", extra={"zero_stage": settings.zero_stage, "finetune": settings.finetune,
+                                    "trainable": sum(p.numel() for p in params), "world": world,
+                                    "device": str(device), "dtype": str(dtype)})
+    return Engine(engine=engine, policy=engine.module, device=device, rank=rank, world=world)

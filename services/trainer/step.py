@@ -1,0 +1,131 @@
+"""One optimizer step: RL micro-batches (and the step's SFT micro-batches) forward/backward, then ``step``.
+
+Micro-batches are token-budgeted, so their number varies from step to step: the engine runs with a
+nominal accumulation of 1 and the step boundary is set by hand before the last backward. Losses are
+normalised by global counts (all micro-batches, all ranks), so the gradient does not depend on how the
+batch was split. DeepSpeed averages gradients over ranks, hence the factor ``world`` in each loss.
+Ranks that have fewer micro-batches run empty ones so every rank joins every collective.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from services.trainer.engine import Engine
+from services.trainer.logprobs import PolicyLogprobs, batch_inputs
+from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
+
+# (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, metric sums)
+RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass
+class StepInput:
+    rl: list[TrainSeq]  # fields: old_logp, adv, lag
+    sft: list[TrainSeq] = field(default_factory=list)  # demonstrations; mask 1 on the imitated tokens
+    sft_weight: float = 0.0  # coefficient of the SFT cross-entropy this step (sft_coef × RED weight)
+
+
+def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
+    if world == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM)
+    return t.tolist()
+
+
+def layout(seqs: list[TrainSeq], budget: int, packing: bool) -> list[MicroBatch]:
+    return pack(seqs, budget) if packing else pad(seqs, budget)
+
+
+def _shard(seqs: list[TrainSeq], rank: int, world: int) -> list[TrainSeq]:
+    return seqs[rank::world]
+
+
+def _counts(seqs: list[TrainSeq]) -> list[float]:
+    return [float(sum(sum(s.mask[1:]) for s in seqs)), float(len(seqs))]
+
+
+@torch.no_grad()
+def _attach_reference(ref: PolicyLogprobs, batches: list[MicroBatch], device: torch.device) -> None:
+    for b in batches:
+        b.fields["ref_logp"], _ = ref(**batch_inputs(b, device))
+        b.fields["ref_logp"] = b.fields["ref_logp"].cpu()
+
+
+def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs | None, budget: int,
+               packing: bool = True) -> dict[str, float]:
+    """Forward/backward every micro-batch of ``inp``, then one optimizer step. Returns metric sums and counts.
+
+    The returned dict holds sums (``*_sum``) and counts so the caller can average across steps; plus
+    ``rl_entropy`` / ``sft_entropy`` (mean categorical entropy over trained tokens, the RED inputs),
+    ``grad_norm``, ``lr``, ``tokens`` (real tokens processed) and ``seconds``.
+    """
+    start = time.perf_counter()
+    rl_seqs, sft_seqs = _shard(inp.rl, eng.rank, eng.world), _shard(inp.sft, eng.rank, eng.world)
+    # Every rank holds the whole step's input (rank 0 reads and broadcasts), so global counts are local.
+    (rl_tokens, rl_seqs_n), (sft_tokens, _) = _counts(inp.rl), _counts(inp.sft)
+    norms = {"tokens": max(rl_tokens, 1.0), "sequences": max(rl_seqs_n, 1.0), "world": float(eng.world)}
+    rl_batches = layout(rl_seqs, budget, packing)
+    sft_batches = layout(sft_seqs, budget, packing) if inp.sft_weight > 0 else []
+    n_rl, n_sft = (int(x) for x in _all_reduce([len(rl_batches), len(sft_batches)], "max", eng.world))
+    fields = sorted(rl_seqs[0].fields) if rl_seqs else ["adv", "lag", "old_logp"]
+    rl_batches += [empty_batch(fields) for _ in range(n_rl - len(rl_batches))]
+    sft_batches += [empty_batch([]) for _ in range(n_sft - len(sft_batches))]
+    if ref is not None:
+        _attach_reference(ref, rl_batches, eng.device)
+    plan = [("rl", b) for b in rl_batches] + [("sft", b) for b in sft_batches]
+    sums: dict[str, float] = {"rl_entropy_sum": 0.0, "sft_entropy_sum": 0.0, "sft_loss_sum": 0.0, "tokens": 0.0}
+    eng.engine.train()
+    for i, (kind, batch) in enumerate(plan):
+        eng.engine.set_gradient_accumulation_boundary(i == len(plan) - 1)
+        logp, ent = eng.engine(**batch_inputs(batch, eng.device))
+        mask = batch.target_mask.to(eng.device)
+        if kind == "rl":
+            loss, parts = rl_loss(logp, ent, _on(batch, eng.device), norms)
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+            sums["rl_entropy_sum"] += float((ent.detach() * mask).sum())
+        else:
+            # Token-mean cross-entropy over the step's demonstration tokens, weighted (RED).
+            nll = -(logp * mask).sum() / max(sft_tokens, 1.0)
+            loss = nll * inp.sft_weight * eng.world
+            sums["sft_loss_sum"] += float(nll.detach())
+            sums["sft_entropy_sum"] += float((ent.detach() * mask).sum())
+        eng.engine.backward(loss, scale_wrt_gas=False)
+        sums["tokens"] += batch.num_tokens
+    local_norm = _param_grad_norm(eng) if eng.engine.zero_optimization_stage() == 0 else None
+    eng.engine.step()
+    totals = _all_reduce(list(sums.values()), "sum", eng.world)
+    out = dict(zip(sums, totals, strict=True))
+    out["rl_entropy"] = out.pop("rl_entropy_sum") / max(rl_tokens, 1.0)
+    out["sft_entropy"] = out.pop("sft_entropy_sum") / max(sft_tokens, 1.0) if sft_batches else float("nan")
+    out["sft_loss"] = out.pop("sft_loss_sum") if sft_batches else float("nan")
+    out.update(rl_tokens=rl_tokens, rl_sequences=rl_seqs_n, sft_tokens=sft_tokens, micro_batches=float(len(plan)),
+               grad_norm=_grad_norm(eng, local_norm), lr=float(eng.engine.get_lr()[0]), seconds=time.perf_counter() - start)
+    return out
+
+
+def _on(batch: MicroBatch, device: torch.device) -> MicroBatch:
+    if device.type == "cpu":
+        return batch
+    return MicroBatch(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=batch.attention_mask,
+                      targets=batch.targets, target_mask=batch.target_mask.to(device), seq=batch.seq,
+                      fields={k: v.to(device) for k, v in batch.fields.items()})
+
+
+def _param_grad_norm(eng: Engine) -> float:
+    """Gradient norm before clipping, read off the parameters (ZeRO-0 keeps full grads on them)."""
+    grads = [p.grad.detach().float().norm() ** 2 for p in eng.policy.parameters() if p.grad is not None]
+    return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+
+
+def _grad_norm(eng: Engine, local: float | None) -> float:
+    norm = eng.engine.get_global_grad_norm()
+    if norm is None:
+        return float("nan") if local is None else local
+    return float(norm)
