@@ -1,0 +1,147 @@
+"""RED: the weight of the SFT co-training loss, from entropy dynamics and planner accuracy. Pure Python.
+
+Per step, with H the token-mean categorical entropy (``entropy.py``, the same estimator on both sides) kept as
+EMAs (decay β) with one step of delay (prev = the EMA before the latest update):
+    relative: w_ent = clamp( |1 − H_sft/H_sft_prev| / (|1 − H_rl/H_rl_prev| + ε), 1, G )
+    absolute: w_ent = clamp( |H_sft − H_sft_prev| / (|H_rl − H_rl_prev| + ε), 1, G )
+    accuracy factor: a = clamp( G^(1 − 2·acc), 1/G, G ),  acc = share of PLANNER (non-executor) rows whose
+                     answer score > threshold  (executors answer sub-questions; scoring them against the
+                     original question's gold biased the seeds' accuracy low)
+    final:    w = clamp( w_ent · a, floor, G² ),  floor default 1/G²  (the seeds floored it at 1, so a
+                     well-performing policy could never get less SFT than the base coefficient)
+    SFT loss weight = sft_coef · w
+The EMAs are SEEDED FROM THE FIRST MEASUREMENT (the seeds started them at 1.0, so for hundreds of steps the
+deltas measured the EMA's drift toward the true entropy, not the policy's dynamics).
+
+Ablations (``mode``): ``grpo_only`` (SFT weight 0), ``fixed`` (SFT weight = sft_coef), ``red`` (full).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+REDMode = Literal["grpo_only", "fixed", "red"]
+DeltaKind = Literal["relative", "absolute"]
+
+
+@dataclass(frozen=True)
+class REDConfig:
+    """RED settings. ``floor`` None means 1/G²."""
+
+    mode: REDMode = "red"
+    g: float = 5.0
+    sft_coef: float = 0.1
+    ema_decay: float = 0.99
+    delta: DeltaKind = "relative"
+    accuracy_aware: bool = True
+    accuracy_threshold: float = 0.0
+    floor: float | None = None
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.g < 1.0:
+            raise ValueError(f"RED G must be >= 1, got {self.g}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+
+    @property
+    def weight_floor(self) -> float:
+        return 1.0 / self.g**2 if self.floor is None else self.floor
+
+
+def clamp(x: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, x))
+
+
+def entropy_change_weight(h_sft_prev: float, h_sft: float, h_rl_prev: float, h_rl: float, g: float,
+                          delta: DeltaKind = "relative", eps: float = 1e-8) -> float:
+    """``w_ent`` (module docstring): SFT entropy change over RL entropy change, clamped to [1, G]."""
+    if delta == "relative":
+        d_sft, d_rl = abs(1.0 - h_sft / (h_sft_prev + eps)), abs(1.0 - h_rl / (h_rl_prev + eps))
+    elif delta == "absolute":
+        d_sft, d_rl = abs(h_sft - h_sft_prev), abs(h_rl - h_rl_prev)
+    else:
+        raise ValueError(f"unknown RED delta {delta!r}")
+    return clamp(d_sft / (d_rl + eps), 1.0, g)
+
+
+def accuracy_factor(accuracy: float, g: float) -> float:
+    """``clamp(G^(1 − 2·acc), 1/G, G)``: G at accuracy 0 (more SFT), 1 at 0.5, 1/G at 1 (more RL)."""
+    return clamp(g ** (1.0 - 2.0 * accuracy), 1.0 / g, g)
+
+
+def planner_accuracy(scores: Sequence[float], roles: Sequence[str], threshold: float = 0.0) -> float | None:
+    """Share of non-executor rows with ``score > threshold`` (e.g. F1 > 0); None when there is no such row."""
+    if len(scores) != len(roles):
+        raise ValueError(f"{len(scores)} scores for {len(roles)} roles")
+    top = [s for s, r in zip(scores, roles, strict=True) if r != "executor"]
+    return sum(s > threshold for s in top) / len(top) if top else None
+
+
+@dataclass
+class REDState:
+    """The EMAs (None until the first measurement) and the last weights; lives in checkpoints."""
+
+    h_rl: float | None = None
+    h_rl_prev: float | None = None
+    h_sft: float | None = None
+    h_sft_prev: float | None = None
+    steps: int = 0
+    last: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, h_rl: float | None, h_sft: float | None, decay: float) -> None:
+        """Fold this step's measured entropies in (after the update): prev ← EMA; EMA ← β·EMA + (1−β)·H.
+
+        The first measurement of a side seeds both its EMA and its prev with the measured value.
+        """
+        self.h_rl, self.h_rl_prev = _ema(self.h_rl, h_rl, decay)
+        self.h_sft, self.h_sft_prev = _ema(self.h_sft, h_sft, decay)
+        self.steps += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> REDState:
+        return cls(**data)
+
+
+def _ema(current: float | None, measured: float | None, decay: float) -> tuple[float | None, float | None]:
+    """(new EMA, new prev) for one side; a missing measurement leaves both untouched."""
+    if measured is None:
+        return current, current
+    if current is None:
+        return measured, measured
+    return decay * current + (1.0 - decay) * measured, current
+
+
+def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> dict[str, float]:
+    """This step's weights from the state (before ``observe``) and the planner accuracy.
+
+    Returns ``red/entropy_weight``, ``red/accuracy_factor``, ``red/final_weight``, ``red/sft_loss_weight``
+    (the coefficient of the SFT loss), ``red/batch_accuracy`` (−1 when unknown), and the EMAs. Also stored
+    in ``state.last``.
+    """
+    w_ent, acc_f, final = 1.0, 1.0, 1.0
+    if cfg.mode == "red":
+        if None not in (state.h_sft, state.h_sft_prev, state.h_rl, state.h_rl_prev):
+            w_ent = entropy_change_weight(state.h_sft_prev, state.h_sft, state.h_rl_prev, state.h_rl,  # type: ignore[arg-type]
+                                          cfg.g, cfg.delta, cfg.eps)
+        if cfg.accuracy_aware and accuracy is not None:
+            acc_f = accuracy_factor(accuracy, cfg.g)
+        final = clamp(w_ent * acc_f, cfg.weight_floor, cfg.g**2)
+    elif cfg.mode not in ("fixed", "grpo_only"):
+        raise ValueError(f"unknown RED mode {cfg.mode!r}")
+    sft_weight = 0.0 if cfg.mode == "grpo_only" else cfg.sft_coef * final
+    out = {
+        "red/entropy_weight": w_ent, "red/accuracy_factor": acc_f, "red/final_weight": final,
+        "red/sft_loss_weight": sft_weight, "red/batch_accuracy": -1.0 if accuracy is None else accuracy,
+    }
+    for name in ("h_rl", "h_rl_prev", "h_sft", "h_sft_prev"):
+        value = getattr(state, name)
+        if value is not None:
+            out[f"red/{name}"] = value
+    state.last = dict(out)
+    return out
