@@ -1,0 +1,54 @@
+"""The local supervisor with real child processes: health wait, crash detection, clean stop."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from services.stack.supervisor import Service, ServiceFailed, Supervisor
+from shared.redis_server import free_port
+
+
+def http_service(tmp_path, name="web") -> Service:
+    # `python -m http.server` answers GET /health with 200 once a file named "health" exists in its folder.
+    (tmp_path / "health").write_text("ok")
+    port = free_port()
+    return Service(name, [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                          "--directory", str(tmp_path)], health_url=f"http://127.0.0.1:{port}/health",
+                   startup_timeout_s=30)
+
+
+def test_start_wait_and_stop(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        web = sup.start(http_service(tmp_path))
+        assert web.proc.poll() is None
+        sup.check()
+        job = sup.start(Service("job", [sys.executable, "-c", "print('hello from job')"]))
+        assert sup.wait_for(job, timeout_s=30) == 0
+        assert "hello from job" in job.tail()
+    assert web.proc.poll() is not None  # stopped on exit
+
+
+def test_crash_is_reported_with_the_log_tail(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        crash = [sys.executable, "-c", "import sys; print('index missing'); sys.exit(3)"]
+        with pytest.raises(ServiceFailed, match=r"(?s)exited with code 3.*index missing"):
+            sup.start(Service("broken", crash, health_url=f"http://127.0.0.1:{free_port()}/health"))
+
+
+def test_a_dying_neighbour_stops_the_wait(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(Service("short", [sys.executable, "-c", "import time; time.sleep(0.5)"]))
+        long_job = sup.start(Service("long", [sys.executable, "-c", "import time; time.sleep(60)"]))
+        with pytest.raises(ServiceFailed, match="short exited"):
+            sup.wait_for(long_job, timeout_s=30)
+    assert long_job.proc.poll() is not None
+
+
+def test_unhealthy_service_times_out(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        sleeper = Service("mute", [sys.executable, "-c", "import time; time.sleep(60)"],
+                          health_url=f"http://127.0.0.1:{free_port()}/health", startup_timeout_s=1.5)
+        with pytest.raises(ServiceFailed, match="not healthy within"):
+            sup.start(sleeper)
