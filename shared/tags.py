@@ -39,3 +39,10 @@ def stop_strings(role: str) -> list[str]:
     actions = {"policy": ("search", "answer"), "thinker": ("search", "answer"),
                "planner": ("task", "answer"), "executor": ("search", "answer")}[role]
     return [close_tag(t) for t in actions]
+
+
+# Hermes-style tool calling (the tool-agent recipe). Kept out of ``TAGS`` on purpose: the tiny tokenizer's
+# added-token ids follow ``TAGS`` and must not shift; these strings tokenise as ordinary text.
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+THINK_CLOSE = "</think>"

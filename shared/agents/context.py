@@ -1,0 +1,73 @@
+"""What every agent needs (``AgentContext``) and what every agent returns (``Episode``).
+
+The context holds the tokenizer, the policy and frozen generators, the retriever and searcher clients and
+the per-role turn budgets. It has no mutable per-episode state, so one context serves any number of
+concurrent episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.agents.llm import Generator
+from shared.agents.tokenizer import TokenizerLike
+from shared.agents.trajectory import TokenTrajectory
+from shared.agents.turns import Budget
+from shared.prompts import format_documents
+from shared.protocol.retrieval import RetrievedDocument
+from shared.protocol.search import SearchResponse
+
+
+class Retriever(Protocol):
+    async def retrieve(self, queries: list[str], topk: int | None = None) -> list[list[RetrievedDocument]]: ...
+
+
+class Searcher(Protocol):
+    async def search(self, query: str, max_turns: int | None = None) -> SearchResponse: ...
+
+
+@dataclass
+class AgentContext:
+    tok: TokenizerLike
+    policy: Generator
+    retriever: Retriever | None = None
+    frozen: Generator | None = None  # searcher model / recursive-reasoner worker
+    searcher: Searcher | None = None
+    budgets: dict[str, Budget] = field(default_factory=dict)  # per role; missing roles get Budget()
+    topk: int = 3
+    searcher_max_turns: int | None = None
+
+    def budget(self, role: str) -> Budget:
+        return self.budgets.get(role, Budget())
+
+
+@dataclass
+class Episode:
+    """One agent run: the main trajectory, its sub-trajectories (executors), the answer and facts for rewards."""
+
+    main: TokenTrajectory
+    children: list[TokenTrajectory] = field(default_factory=list)
+    answer: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trajectories(self) -> list[TokenTrajectory]:
+        return [self.main, *self.children]
+
+    @property
+    def num_turns(self) -> int:
+        return sum(t.num_turns for t in self.trajectories)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(t.generated_tokens for t in self.trajectories)
+
+
+async def search_documents(ctx: AgentContext, queries: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Formatted document blocks for ``queries`` (one batched retriever call) and the retrieved ids."""
+    if ctx.retriever is None:
+        raise RuntimeError("this recipe searches but no retriever is configured")
+    results = await ctx.retriever.retrieve(queries, topk=ctx.topk)
+    blocks = [format_documents([(d.title, d.text) for d in docs]) for docs in results]
+    return blocks, [[d.id for d in docs] for docs in results]

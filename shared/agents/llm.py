@@ -1,0 +1,103 @@
+"""The agents' view of a language model: ``generate(prompt_ids, stop, max_tokens) -> Generation``.
+
+A ``Generator`` is bound to one served model and one sampling setup. ``PolicyGenerator`` follows the
+trained policy: every call reads the live ``PolicyState`` (version and model name, updated by the rollout's
+weight-event follower), so a LoRA update switches requests to ``policy-v{N}`` and every generated token is
+stamped with the version that sampled it. ``FrozenGenerator`` serves a fixed model (the searcher, the
+recursive reasoner's worker): its tokens are never trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shared.inference_client import InferenceClient
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled turn: the generated ids with their logprobs, exactly as the server reported them."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str  # includes the matched stop string (include_stop_str_in_output)
+    finish_reason: str  # "stop" | "length" | "abort"
+    stop_reason: int | str | None  # the stop string / stop token id; None for EOS and length
+    version: int  # policy version that sampled every token (-1 for a frozen model)
+
+    @property
+    def hit_eos(self) -> bool:
+        """The model ended the turn itself with EOS (not a stop string, not the token cap)."""
+        return self.finish_reason == "stop" and self.stop_reason is None
+
+
+class Generator(Protocol):
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
+        ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @classmethod
+    def greedy(cls) -> Sampling:
+        return cls(temperature=0.0, top_p=1.0)
+
+
+@dataclass
+class PolicyState:
+    """The live policy: which version is served and under which model name (mutated by the weight follower)."""
+
+    version: int = 0
+    model_name: str = "policy"
+    base_model_name: str = "policy"
+    history: list[tuple[int, str]] = field(default_factory=list)
+
+    def advance(self, version: int, model_name: str | None) -> bool:
+        """Move to ``version`` (LoRA: serve ``model_name``; full reload: keep the base name). False if stale."""
+        if version <= self.version and self.history:
+            return False
+        self.version = version
+        self.model_name = model_name or self.base_model_name
+        self.history.append((version, self.model_name))
+        return True
+
+
+class PolicyGenerator:
+    """The trained policy behind an ``InferenceClient``; reads ``state`` at every call."""
+
+    def __init__(self, client: InferenceClient, state: PolicyState, sampling: Sampling = Sampling()) -> None:
+        self.client, self.state, self.sampling = client, state, sampling
+
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
+        version, model = self.state.version, self.state.model_name  # read once: one version per call
+        out = await self.client.complete(model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
+                                         temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        # Our server reports the base-weight version it sampled with; after a full reload that is the truth
+        # even if the reload landed while the request was queued. vLLM does not report it.
+        if out.weight_version is not None and model == self.state.base_model_name:
+            version = out.weight_version
+        return _generation(out.choices[0], version)
+
+
+class FrozenGenerator:
+    """A fixed served model (searcher, worker): tokens carry version -1 and are never trained."""
+
+    def __init__(self, client: InferenceClient, model: str, sampling: Sampling = Sampling()) -> None:
+        self.client, self.model, self.sampling = client, model, sampling
+
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
+        out = await self.client.complete(self.model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
+                                         temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        return _generation(out.choices[0], -1)
+
+
+def _generation(choice, version: int) -> Generation:
+    logprobs = choice.logprobs if choice.logprobs is not None else [0.0] * len(choice.token_ids)
+    return Generation(token_ids=list(choice.token_ids), logprobs=list(logprobs), text=choice.text,
+                      finish_reason=choice.finish_reason or "stop", stop_reason=choice.stop_reason,
+                      version=version)

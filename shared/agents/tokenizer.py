@@ -1,0 +1,85 @@
+"""Tokenizers the agents use to build token-in/token-out prompts and observations.
+
+The agents only ever *append*: a prompt is rendered and encoded once at the start of an episode, every
+observation is encoded on its own and appended. ``HFTokenizer`` wraps the served model's own tokenizer
+(``transformers``, no torch needed); ``CharTokenizer`` is a tiny deterministic tokenizer for fakes, tests
+and benchmarks (one id per character).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from shared.prompts import Messages
+
+
+class TokenizerLike(Protocol):
+    eos_token_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def render(self, messages: Messages) -> list[int]: ...
+    def tool_turn(self, content: str) -> str: ...
+
+
+def plain_render(messages: Messages) -> str:
+    """Base-model layout (no chat template): system text, the user text, then ``\\nAssistant: ``."""
+    parts = [m["content"] for m in messages if m["role"] in ("system", "user")]
+    return "\n\n".join(parts) + "\nAssistant: "
+
+
+PLAIN_TOOL_TURN = "\n<tool_response>\n{content}\n</tool_response>\n"
+
+
+class CharTokenizer:
+    """One id per Unicode character (``ord + 3``); 0 = pad, 1 = EOS. Deterministic and dependency-free."""
+
+    pad_token_id, eos_token_id, offset = 0, 1, 3
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) + self.offset for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i - self.offset) for i in ids if i >= self.offset)
+
+    def render(self, messages: Messages) -> list[int]:
+        return self.encode(plain_render(messages))
+
+    def tool_turn(self, content: str) -> str:
+        return PLAIN_TOOL_TURN.format(content=content)
+
+
+class HFTokenizer:
+    """The served model's tokenizer (``tokenizer.json`` / ``tokenizer_config.json`` in ``path``)."""
+
+    def __init__(self, path: str) -> None:
+        from transformers import AutoTokenizer  # heavy import: only where a real tokenizer is needed
+
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.eos_token_id = self.tok.eos_token_id
+        self.has_template = bool(getattr(self.tok, "chat_template", None))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    def render(self, messages: Messages) -> list[int]:
+        if self.has_template:
+            text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        else:
+            text = plain_render(messages)
+        return self.encode(text)
+
+    def tool_turn(self, content: str) -> str:
+        """The text that closes an assistant turn that stopped at ``</tool_call>`` and opens the next one
+        after a tool result, as the chat template renders it (plain tags without a template)."""
+        if not self.has_template:
+            return PLAIN_TOOL_TURN.format(content=content)
+        marker = "\x00CALL\x00"
+        convo = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
+        text = self.tok.apply_chat_template([*convo, {"role": "tool", "content": content}],
+                                            add_generation_prompt=True, tokenize=False)
+        cut = text.rfind(marker)
+        return text[cut + len(marker):] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)

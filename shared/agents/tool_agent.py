@@ -1,0 +1,73 @@
+"""Tool agent: OpenAI-style tool calling (hermes layout) with one ``search`` tool over the hybrid retriever.
+
+The assistant turn stops at ``</tool_call>``; the call's JSON is parsed (``{"name": "search", "arguments":
+{"query": ...}}``), only the first call of a turn is executed (as in the seed), and its result is appended
+as a tool turn rendered by the model's chat template (``TokenizerLike.tool_turn``). A turn that ends with
+EOS and no call is the final reply; the answer is the text after the last ``</think>``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from shared.agents.context import AgentContext, Episode
+from shared.agents.trajectory import TokenTrajectory
+from shared.agents.turns import Action, Observation, RoleSpec, run_turns
+from shared.datasets import PromptRecord
+from shared.prompts import tool_agent_messages
+from shared.tags import THINK_CLOSE, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
+INVALID_TOOL_CALL = ('\nThe tool call was not valid JSON of the form {"name": "search", "arguments": '
+                     '{"query": "..."}}. Call the tool again or reply with the answer.\n')
+FINAL_REPLY_NUDGE = "\nNo more tool calls are available. Reply with your answer now.\n"
+
+
+def parse_tool_calls(text: str) -> list[Action]:
+    """Complete ``<tool_call>`` blocks as ``Action("search", query)``; a malformed call is ``Action("bad", …)``."""
+    out = []
+    for block in text.split(TOOL_CALL_OPEN)[1:]:
+        if TOOL_CALL_CLOSE not in block:
+            continue
+        raw = block.split(TOOL_CALL_CLOSE, 1)[0].strip()
+        try:
+            call = json.loads(raw)
+            query = call["arguments"]["query"] if call.get("name") == "search" else None
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            query = None
+        out.append(Action("search", str(query)) if isinstance(query, str) and query.strip() else Action("bad", raw))
+    return out
+
+
+def final_reply(text: str) -> str | None:
+    reply = text.split(THINK_CLOSE)[-1].strip()
+    return reply or None
+
+
+async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
+    traj = TokenTrajectory(ctx.tok.render(tool_agent_messages(record.question)), role="policy")
+    retrieved: list[list[str]] = []
+    messages: list[dict] = []
+
+    async def act(actions: list[Action]) -> Observation:
+        messages.append({"role": "assistant", "content": traj.pieces[-1]})
+        call = actions[0]
+        if call.tag == "bad":
+            content = INVALID_TOOL_CALL
+        else:
+            docs = (await ctx.retriever.retrieve([call.content], topk=ctx.topk))[0]
+            retrieved.append([d.id for d in docs])
+            content = json.dumps({"ids": [d.id for d in docs], "documents": [d.contents for d in docs]})
+        messages.append({"role": "tool", "content": content})
+        marker = "\x00"  # the content is the only truncatable part of the rendered tool turn
+        before, _, after = ctx.tok.tool_turn(marker).partition(marker)
+        return Observation(content=content, before=before, after=after)
+
+    spec = RoleSpec(actions=("search",), invalid_message=INVALID_TOOL_CALL, budget=ctx.budget("policy"),
+                    stop=(TOOL_CALL_CLOSE,), parse=parse_tool_calls, answer_on_eos=final_reply,
+                    final_message=FINAL_REPLY_NUDGE, final_stop=(TOOL_CALL_CLOSE,))
+    outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
+    if traj.pieces:
+        messages.append({"role": "assistant", "content": traj.pieces[-1]})
+    return Episode(main=traj, answer=outcome.answer,
+                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved, "messages": messages,
+                         "invalid_turns": outcome.invalid_turns})

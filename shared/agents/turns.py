@@ -1,0 +1,159 @@
+"""The turn engine every agent role runs: generate → parse one action → act → append the observation.
+
+Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
+- A turn ends at a stop string (the closers of the role's action tags) or at EOS; the ids are kept as
+  sampled, EOS included.
+- The first complete action block decides the turn (the seeds' ``<(search|answer)>(.*?)</\\1>`` rule); all
+  blocks with that tag in the turn are handed to ``act`` together (a planner's tasks run concurrently).
+- ``answer`` ends the episode. No valid action → the role's invalid-action message is appended (masked),
+  unless the model ended its turn with EOS, which ends the episode without an answer.
+- Observations are wrapped (``shared.prompts.OBSERVATION_WRAP``) and their content truncated to
+  ``max_obs_tokens``; the wrapper tags always stay intact.
+- Each role has its own turn budget. When it runs out, one forced final turn asks for the answer (only
+  ``</answer>`` stops it, nothing is executed), as Search-R1 does.
+- The context never grows past ``max_context_tokens`` (nothing is left-truncated: that would break
+  token-in/token-out); the episode ends with ``finish_reason="length"`` instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from shared.agents.llm import Generator
+from shared.agents.tokenizer import TokenizerLike
+from shared.agents.trajectory import TokenTrajectory
+from shared.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
+from shared.tags import close_tag
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_turns: int = 4  # action turns before the forced final turn
+    max_tokens: int = 256  # generated tokens per turn
+    max_obs_tokens: int = 512  # content tokens of one observation
+    max_context_tokens: int = 4096  # prompt + everything appended
+
+
+@dataclass(frozen=True)
+class Action:
+    tag: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment appends: ``before + content + after``; only ``content`` is ever truncated."""
+
+    content: str
+    before: str = ""
+    after: str = ""
+
+    @classmethod
+    def wrapped(cls, tag: str, content: str) -> Observation:
+        before, after = OBSERVATION_WRAP[tag]
+        return cls(content=content, before=before, after=after)
+
+
+def parse_tag_actions(text: str, tags: tuple[str, ...]) -> list[Action]:
+    """All complete blocks of the first action tag that occurs in ``text`` (contents stripped)."""
+    pattern = re.compile(rf"<({'|'.join(map(re.escape, tags))})>(.*?)</\1>", re.DOTALL)
+    matches = [(m.group(1), m.group(2).strip()) for m in pattern.finditer(text)]
+    if not matches:
+        return []
+    first = matches[0][0]
+    return [Action(tag, content) for tag, content in matches if tag == first]
+
+
+ActFn = Callable[[list[Action]], Awaitable[Observation]]
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    actions: tuple[str, ...]  # action tags the role writes, "answer" included
+    invalid_message: str
+    budget: Budget = field(default_factory=Budget)
+    forced_final: bool = True
+    stop: tuple[str, ...] = ()  # default: the closers of ``actions``
+    parse: Callable[[str], list[Action]] | None = None  # default: ``parse_tag_actions``
+    answer_on_eos: Callable[[str], str | None] | None = None  # e.g. a tool agent's plain final reply
+    final_message: str = FINAL_ANSWER_NUDGE  # appended before the forced final turn
+    final_stop: tuple[str, ...] = (close_tag("answer"),)
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return list(self.stop) if self.stop else [close_tag(t) for t in self.actions]
+
+    def actions_in(self, text: str) -> list[Action]:
+        return self.parse(text) if self.parse else parse_tag_actions(text, self.actions)
+
+
+@dataclass
+class TurnOutcome:
+    answer: str | None
+    actions: list[Action] = field(default_factory=list)  # every executed action, in order
+    invalid_turns: int = 0
+
+
+def encode_observation(tok: TokenizerLike, obs: Observation, max_obs_tokens: int) -> tuple[list[int], str]:
+    content_ids = tok.encode(obs.content)
+    content = obs.content
+    if len(content_ids) > max_obs_tokens:
+        content_ids = content_ids[:max_obs_tokens]
+        content = tok.decode(content_ids)
+    ids = tok.encode(obs.before) + content_ids + tok.encode(obs.after)
+    return ids, obs.before + content + obs.after
+
+
+def append_observation(traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget) -> None:
+    ids, text = encode_observation(tok, obs, budget.max_obs_tokens)
+    traj.add_observation(ids, text)
+
+
+async def run_turns(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec,
+                    act: ActFn) -> TurnOutcome:
+    """Drive one role's episode on ``traj`` until an answer, EOS, the context cap or the turn budget."""
+    outcome = TurnOutcome(answer=None)
+    budget = spec.budget
+    for _ in range(budget.max_turns):
+        room = budget.max_context_tokens - len(traj.ids)
+        if room <= 0:
+            traj.finish_reason = "length"
+            return outcome
+        gen = await llm.generate(traj.next_prompt(), stop=spec.stop_strings, max_tokens=min(budget.max_tokens, room))
+        traj.add_generation(gen)
+        actions = spec.actions_in(gen.text)
+        if actions and actions[0].tag == "answer":
+            outcome.answer = actions[0].content
+            return outcome
+        if not actions:
+            if gen.hit_eos:
+                outcome.answer = spec.answer_on_eos(gen.text) if spec.answer_on_eos else None
+                return outcome
+            outcome.invalid_turns += 1
+            append_observation(traj, tok, Observation(spec.invalid_message), budget)
+            continue
+        outcome.actions += actions
+        append_observation(traj, tok, await act(actions), budget)
+    if spec.forced_final:
+        await _forced_final(traj, llm, tok, spec, outcome)
+    traj.finish_reason = "budget"
+    return outcome
+
+
+async def _forced_final(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec,
+                        outcome: TurnOutcome) -> None:
+    """One last turn in which only an answer counts; nothing it asks for is executed."""
+    append_observation(traj, tok, Observation(spec.final_message), spec.budget)
+    room = spec.budget.max_context_tokens - len(traj.ids)
+    if room <= 0:
+        return
+    gen = await llm.generate(traj.next_prompt(), stop=list(spec.final_stop),
+                             max_tokens=min(spec.budget.max_tokens, room))
+    traj.add_generation(gen)
+    answers = parse_tag_actions(gen.text, ("answer",))
+    if answers:
+        outcome.answer = answers[0].content
+    elif gen.hit_eos and spec.answer_on_eos:
+        outcome.answer = spec.answer_on_eos(gen.text)

@@ -1,0 +1,195 @@
+"""Prompt datasets the rollout and eval read, as ``PromptRecord`` rows.
+
+Formats:
+- Search-R1 parquet: ``data_source, prompt=[{role, content}], reward_model.ground_truth.target,
+  extra_info={split, index}``. The question is taken from a ``question`` column when present, else from the
+  user message after its last ``Question:``. The prompt id is ``data_source/split/index``: Search-R1's
+  ``index`` counts per source, so the source must be part of the id or merged sets collide.
+- FlashRAG JSONL: ``{id, question, golden_answers, metadata?}`` (``<source>/<split>.jsonl`` or
+  ``<source>_<split>.jsonl``).
+- GSM8K JSONL: ``{question, answer}`` with the target after ``####`` (math word problems).
+- ``bundled:hotpotqa``: ``data/hotpotqa/qa_supported.jsonl`` (the embedded default's QA set).
+- ``synthetic:arithmetic[:N]``: generated two-step word problems with exact answers (recursive reasoner
+  smoke runs and tests; nothing to download).
+
+``select_split`` carves a deterministic held-out split out of a single file by hashing prompt ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.answers import gsm8k_target
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = {"hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl"}
+SPLIT_NAMES = {"train", "dev", "val", "valid", "validation", "test"}
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    prompt_id: str  # unique across sources
+    question: str
+    golden_answers: list[str]
+    data_source: str = ""
+    split: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- readers
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open() as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not JSON: {exc}") from exc
+    return rows
+
+
+def _source_and_split(path: Path) -> tuple[str, str]:
+    """``nq/test.jsonl`` → (nq, test); ``nq_test.jsonl`` → (nq, test); ``foo.jsonl`` → (foo, "")."""
+    if path.stem in SPLIT_NAMES:
+        return path.parent.name, path.stem
+    head, _, tail = path.stem.rpartition("_")
+    return (head, tail) if head and tail in SPLIT_NAMES else (path.stem, "")
+
+
+def read_flashrag_jsonl(path: str | Path, data_source: str | None = None) -> list[PromptRecord]:
+    path = Path(path)
+    source, split = _source_and_split(path)
+    source = data_source or source
+    out = []
+    for i, row in enumerate(_read_jsonl(path)):
+        if "question" not in row or "golden_answers" not in row:
+            raise ValueError(f"{path} row {i}: FlashRAG rows need 'question' and 'golden_answers'")
+        golds = row["golden_answers"]
+        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}",
+                                question=str(row["question"]),
+                                golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
+                                data_source=source, split=split, metadata=row.get("metadata") or {}))
+    return out
+
+
+def read_gsm8k_jsonl(path: str | Path, data_source: str = "gsm8k") -> list[PromptRecord]:
+    path = Path(path)
+    _, split = _source_and_split(path)
+    out = []
+    for i, row in enumerate(_read_jsonl(path)):
+        target = gsm8k_target(str(row["answer"]))
+        if target is None:
+            raise ValueError(f"{path} row {i}: no numeric answer in {row['answer']!r}")
+        out.append(PromptRecord(prompt_id=f"{data_source}/{split or 'all'}/{row.get('id', i)}",
+                                question=str(row["question"]), golden_answers=[_number_text(target)],
+                                data_source=data_source, split=split))
+    return out
+
+
+def _number_text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _question_from_prompt(prompt: Any) -> str:
+    messages = list(prompt) if not isinstance(prompt, str) else [{"role": "user", "content": prompt}]
+    user = [m["content"] for m in messages if m.get("role") == "user"]
+    text = user[-1] if user else str(prompt)
+    _head, sep, tail = text.rpartition("Question:")
+    return (tail if sep else text).strip()
+
+
+def read_search_r1_parquet(path: str | Path) -> list[PromptRecord]:
+    import pyarrow.parquet as pq  # rollout extra
+
+    path = Path(path)
+    out = []
+    for i, row in enumerate(pq.read_table(path).to_pylist()):
+        target = ((row.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+        if target is None:
+            raise ValueError(f"{path} row {i}: no reward_model.ground_truth.target")
+        extra = row.get("extra_info") or {}
+        source = str(row.get("data_source") or path.stem)
+        split = str(extra.get("split") or "")
+        question = row.get("question") or _question_from_prompt(row.get("prompt") or "")
+        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{extra.get('index', i)}",
+                                question=str(question),
+                                golden_answers=[target] if isinstance(target, str) else [str(t) for t in target],
+                                data_source=source, split=split, metadata={"extra_info": extra}))
+    return out
+
+
+# ---------------------------------------------------------------- synthetic math
+_ITEMS = ["apples", "books", "marbles", "stamps", "pencils", "shells"]
+_NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana"]
+
+
+def synthetic_arithmetic(n: int, seed: int = 0) -> list[PromptRecord]:
+    """``n`` two-step word problems (multiply, then add or subtract) with exact integer answers."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        boxes, per_box, extra = rng.randint(2, 9), rng.randint(2, 12), rng.randint(1, 20)
+        if rng.random() < 0.5:
+            q = (f"{name} has {boxes} boxes with {per_box} {item} in each box and finds {extra} more {item}. "
+                 f"How many {item} does {name} have now?")
+            answer = boxes * per_box + extra
+        else:
+            extra = min(extra, boxes * per_box)
+            q = (f"{name} has {boxes} boxes with {per_box} {item} in each box and gives away {extra} {item}. "
+                 f"How many {item} does {name} have left?")
+            answer = boxes * per_box - extra
+        out.append(PromptRecord(prompt_id=f"arithmetic/{seed}/{i}", question=q, golden_answers=[str(answer)],
+                                data_source="arithmetic"))
+    return out
+
+
+# ---------------------------------------------------------------- dispatch and splits
+def load_prompts(source: str) -> list[PromptRecord]:
+    """Records from a path (``.parquet``, ``.jsonl``), ``bundled:<name>`` or ``synthetic:arithmetic[:N]``."""
+    if source.startswith("bundled:"):
+        name = source.split(":", 1)[1]
+        if name not in BUNDLED:
+            raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
+        return read_flashrag_jsonl(BUNDLED[name], data_source=name)
+    if source.startswith("synthetic:"):
+        parts = source.split(":")
+        if parts[1] != "arithmetic":
+            raise ValueError(f"unknown synthetic dataset {parts[1]!r}; known: arithmetic")
+        return synthetic_arithmetic(int(parts[2]) if len(parts) > 2 else 200)
+    path = Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset not found: {source}")
+    if path.suffix == ".parquet":
+        return read_search_r1_parquet(path)
+    if path.suffix in (".jsonl", ".json"):
+        first = next((json.loads(line) for line in path.open() if line.strip()), {})
+        if "golden_answers" in first:
+            return read_flashrag_jsonl(path)
+        if "answer" in first:
+            return read_gsm8k_jsonl(path)
+        raise ValueError(f"{path}: rows have neither 'golden_answers' (FlashRAG) nor 'answer' (GSM8K)")
+    raise ValueError(f"{path}: unsupported dataset file type {path.suffix!r} (want .parquet or .jsonl)")
+
+
+def held_out(prompt_id: str, fraction: float) -> bool:
+    """Deterministic membership of the held-out split (stable across runs and machines)."""
+    digest = hashlib.sha256(prompt_id.encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < fraction
+
+
+def select_split(records: list[PromptRecord], split: str, eval_fraction: float = 0.1) -> list[PromptRecord]:
+    """``train``/``eval`` halves of one file by hashed prompt id; ``all`` keeps everything; any other name
+    keeps the rows whose own ``split`` field equals it."""
+    if split == "all":
+        return list(records)
+    if split in ("train", "eval"):
+        want_eval = split == "eval"
+        return [r for r in records if held_out(r.prompt_id, eval_fraction) == want_eval]
+    return [r for r in records if r.split == split]
