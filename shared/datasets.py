@@ -8,7 +8,8 @@ Formats:
 - FlashRAG JSONL: ``{id, question, golden_answers, metadata?}`` (``<source>/<split>.jsonl`` or
   ``<source>_<split>.jsonl``).
 - GSM8K JSONL: ``{question, answer}`` with the target after ``####`` (math word problems).
-- ``bundled:hotpotqa``: ``data/hotpotqa/qa_supported.jsonl`` (the embedded default's QA set).
+- ``bundled:hotpotqa``: ``data/hotpotqa/qa_supported.jsonl``; ``bundled:lookup`` / ``bundled:lookup-test``:
+  the synthetic lookup world of the embedded default (``data/lookup``).
 - ``synthetic:arithmetic[:N]``: generated two-step word problems with exact answers (recursive reasoner
   smoke runs and tests; nothing to download).
 
@@ -27,7 +28,9 @@ from typing import Any
 from shared.answers import gsm8k_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = {"hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl"}
+BUNDLED = {"hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl",
+           "lookup": REPO_ROOT / "data" / "lookup" / "train.jsonl",
+           "lookup-test": REPO_ROOT / "data" / "lookup" / "test.jsonl"}
 SPLIT_NAMES = {"train", "dev", "val", "valid", "validation", "test"}
 
 
@@ -76,6 +79,14 @@ def read_flashrag_jsonl(path: str | Path, data_source: str | None = None) -> lis
                                 golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
                                 data_source=source, split=split, metadata=row.get("metadata") or {}))
     return out
+
+
+def gold_doc_ids(record: PromptRecord) -> list[str]:
+    """Corpus ids of the documents that answer a record (HotpotQA ``supporting_doc_ids``, lookup
+    ``gold_doc_id``); empty when the dataset does not say."""
+    meta = record.metadata
+    ids = meta.get("supporting_doc_ids") or ([meta["gold_doc_id"]] if meta.get("gold_doc_id") else [])
+    return [str(i) for i in ids if i is not None]
 
 
 def read_gsm8k_jsonl(path: str | Path, data_source: str = "gsm8k") -> list[PromptRecord]:
@@ -157,7 +168,7 @@ def load_prompts(source: str) -> list[PromptRecord]:
         name = source.split(":", 1)[1]
         if name not in BUNDLED:
             raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
-        return read_flashrag_jsonl(BUNDLED[name], data_source=name)
+        return read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
     if source.startswith("synthetic:"):
         parts = source.split(":")
         if parts[1] != "arithmetic":

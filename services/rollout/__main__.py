@@ -1,0 +1,69 @@
+"""``python -m services.rollout {serve,eval,fake-llm}`` — the rollout service's command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from services.rollout.config import RolloutSettings
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m services.rollout",
+                                description="Rollout service: agent episodes → scored trajectory groups on Redis.")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the producer with its status API (/health, /metrics, /status)")
+    RolloutSettings.add_arguments(serve)
+    ev = sub.add_parser("eval", help="greedy episodes on a split; EM/F1 per data source as a table and JSON",
+                        description="Example: python -m services.rollout eval --recipe configs/coda.toml --split eval "
+                                    "(or --recipe coda: configs/coda.toml when present, else the coda agent "
+                                    "with defaults)")
+    RolloutSettings.add_arguments(ev)
+    fake = sub.add_parser("fake-llm", help="serve the scripted protocol-following fake LLM (vLLM API shape)")
+    fake.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
+    fake.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
+    return p
+
+
+def resolve_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """``--recipe coda`` is friendly shorthand: ``configs/coda.toml`` when it exists, else ``--agent coda``."""
+    from shared.agents import AGENTS
+
+    name = getattr(args, "recipe", None)
+    if name in AGENTS and not Path(name).is_file():
+        config = Path("configs") / f"{name}.toml"
+        args.recipe = str(config) if config.is_file() else None
+        if args.setting__agent is None:
+            args.setting__agent = name
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    from shared.log import configure_logging
+
+    configure_logging()
+    if args.command == "fake-llm":
+        import uvicorn
+
+        from services.rollout.fake_llm import FakeLLM, protocol_script
+        from shared.agents.tokenizer import CharTokenizer
+
+        fake = FakeLLM(CharTokenizer(), protocol_script, delay_s=args.delay_ms / 1000)
+        uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
+        return
+    settings = RolloutSettings.from_args(resolve_recipe(args))
+    if args.command == "eval":
+        from services.rollout.eval import run_eval
+
+        run_eval(settings)
+        return
+    import uvicorn
+
+    from services.rollout.app import build_app
+
+    uvicorn.run(build_app(settings), host=settings.host, port=settings.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

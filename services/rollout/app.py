@@ -1,0 +1,79 @@
+"""The rollout service's FastAPI app: the producer and the weight follower run as background tasks.
+
+Routes: ``/health`` (Redis reachable, producer alive), ``/metrics``, ``GET /status`` (version, admission,
+counts, failures by cause).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import redis
+from fastapi import FastAPI
+
+from services.rollout.admission import Admission
+from services.rollout.config import RolloutSettings
+from services.rollout.embedding import make_embedder
+from services.rollout.metrics import RolloutMetrics
+from services.rollout.producer import Producer, PromptQueue
+from services.rollout.runtime import agent_context
+from services.rollout.weights import WeightFollower
+from shared.datasets import load_prompts, select_split
+from shared.http import create_app
+from shared.log import get_logger
+from shared.protocol import TrajectoryGroup
+from shared.stream import StreamQueue
+
+log = get_logger(__name__)
+
+
+def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
+    metrics_holder: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        client = redis.Redis.from_url(settings.redis_url)
+        records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
+        async with agent_context(settings, tok=tok) as ctx:
+            accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
+            admission = Admission(settings.max_staleness, settings.groups_per_step, accepted=accepted,
+                                  max_running=settings.max_running_groups)
+            follower = WeightFollower(client, ctx.policy.state, stream=settings.weights_stream,
+                                      version_key=settings.version_key, on_version=admission.set_version)
+            await follower.start()
+            await admission.set_version(ctx.policy.state.version)
+            publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
+            producer = Producer(settings, ctx, publisher=publisher, client=client, admission=admission,
+                                metrics=metrics_holder["metrics"], embed=make_embedder(settings.embedder),
+                                prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs))
+            app.state.producer, app.state.redis = producer, client
+            tasks = [asyncio.create_task(follower.run(), name="weights"),
+                     asyncio.create_task(producer.run(), name="producer")]
+            app.state.tasks = tasks
+            log.info("rollout started", extra={"recipe": settings.agent, "prompts": len(records),
+                                               "version": ctx.policy.state.version, "accepted": accepted})
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                client.close()
+
+    def producer_alive() -> str:
+        task = next(t for t in app.state.tasks if t.get_name() == "producer")
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise RuntimeError(f"producer stopped: {task.exception()!r}")
+        return "finished" if task.done() else "running"
+
+    app, registry = create_app("rollout", lifespan=lifespan, description="Agent episodes → trajectory groups",
+                               health_checks={"redis": lambda: app.state.redis.ping() and "ok",
+                                              "producer": producer_alive})
+    metrics_holder["metrics"] = RolloutMetrics(registry)
+
+    @app.get("/status", tags=["rollout"], summary="Version, admission state, counts and failures")
+    def status() -> dict:
+        return app.state.producer.status()
+
+    return app

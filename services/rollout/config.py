@@ -1,0 +1,95 @@
+"""Rollout settings: one pydantic-settings class (env prefix ``CODA_ROLLOUT_``, recipe table ``[rollout]``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from shared.agents.turns import Budget
+from shared.settings import ServiceSettings, service_config
+
+Recipe = Literal["search-r1", "coda", "red-coda", "thinker-searcher", "recursive-reasoner", "tool-agent"]
+
+
+class RolloutSettings(ServiceSettings):
+    model_config = service_config("CODA_ROLLOUT_")
+    toml_section: ClassVar[str] = "rollout"
+
+    agent: Recipe = Field("search-r1", description="Recipe whose agent protocol and reward run (search-r1, "
+                                                   "coda, red-coda, thinker-searcher, recursive-reasoner, tool-agent)")
+    host: str = Field("127.0.0.1", description="Bind address of the status API")
+    port: int = Field(8003, description="Port of the status API (/health, /metrics, /status)")
+
+    # ------------------------------------------------------------ services
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams and version key")
+    stream: str = Field("trajectories", description="Stream the trajectory groups are published to")
+    stream_maxlen: int = Field(10_000, ge=1, description="Approximate cap on the trajectories stream length")
+    weights_stream: str = Field("weights", description="Stream of the trainer's weight-update events")
+    version_key: str = Field("policy:version", description="Redis key holding the live policy version")
+    published_key: str = Field("rollout:published",
+                               description="Redis counter of groups published (the 'accepted' term of admission)")
+    inference_url: str = Field("http://127.0.0.1:8002", description="Policy inference server (vLLM API)")
+    model_name: str = Field("policy", description="Served name of the base policy model")
+    frozen_model_name: str | None = Field(None, description="Served name of the frozen worker (default: model_name)")
+    tokenizer: str = Field("", description="Tokenizer directory of the served model ('char': the test tokenizer)")
+    retriever_url: str = Field("http://127.0.0.1:8000", description="Retriever (Search-R1 /retrieve API)")
+    searcher_url: str = Field("http://127.0.0.1:8001", description="Searcher service (thinker-searcher)")
+    http_timeout_s: float = Field(300.0, gt=0, description="Timeout of one LLM/retriever/searcher call")
+    retry_attempts: int = Field(4, ge=1, description="Tries per HTTP call on 5xx/timeouts (never on 4xx)")
+
+    # ------------------------------------------------------------ data
+    dataset: str = Field("bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or "
+                                                       "synthetic:arithmetic[:N]")
+    split: str = Field("all", description="train | eval (hashed split of one file) | all | a row split name")
+    eval_fraction: float = Field(0.1, ge=0, le=1, description="Share of prompt ids held out by split=eval")
+    seed: int = Field(0, description="Shuffle seed of the prompt order")
+    epochs: int | None = Field(None, ge=1, description="Passes over the prompts (null: cycle forever)")
+
+    # ------------------------------------------------------------ sampling and admission
+    n_samples: int = Field(4, ge=1, description="Episodes per prompt (the GRPO group size)")
+    groups_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per optimizer step")
+    max_staleness: int = Field(1, ge=0, description="Policy versions a group may lag behind (0: on-policy)")
+    max_running_groups: int = Field(64, ge=1, description="Groups in flight at once (concurrency cap)")
+    max_prompt_failures: int = Field(3, ge=1, description="Failed attempts before a prompt is dropped")
+    temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="Policy nucleus sampling mass")
+    frozen_temperature: float = Field(0.0, ge=0, description="Frozen worker temperature (0: greedy, stable reward)")
+
+    # ------------------------------------------------------------ turn budgets
+    max_turns: int = Field(4, ge=1, description="Action turns of the main role (policy/planner/thinker)")
+    executor_max_turns: int = Field(3, ge=1, description="Action turns of each CoDA executor")
+    max_tokens_per_turn: int = Field(256, ge=1, description="Generated tokens per turn")
+    max_obs_tokens: int = Field(512, ge=1, description="Tokens of one observation's content")
+    max_context_tokens: int = Field(4096, ge=64, description="Prompt + appended tokens of one trajectory")
+    worker_max_tokens: int = Field(256, ge=1, description="Tokens per frozen-worker call (recursive reasoner)")
+    topk: int = Field(3, ge=1, description="Documents per search")
+    searcher_max_turns: int | None = Field(None, ge=1, description="Searcher budget sent with each request")
+
+    # ------------------------------------------------------------ rewards
+    answer_metric: Literal["em", "f1", "sub_em", "cover_em"] | None = Field(
+        None, description="Answer score (default: f1 for coda, em otherwise)")
+    format_weight: float = Field(0.1, description="CoDA format-term weight")
+    refine_weight: float = Field(0.1, description="CoDA refine-term weight")
+    token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
+    tool_reward_weights: dict[str, float] = Field(
+        default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
+        description="Tool agent: weights of mrr / answer_similarity / format")
+    embedder: Literal["hashing", "minilm"] = Field(
+        "hashing", description="Embeddings for similarity rewards: hashing (fast, lexical) or minilm")
+
+    # ------------------------------------------------------------ eval
+    eval_output: str = Field("runs/eval", description="Folder of eval JSON results")
+    eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many prompts")
+
+    def budgets(self) -> dict[str, Budget]:
+        main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)
+        executor = Budget(self.executor_max_turns, self.max_tokens_per_turn, self.max_obs_tokens,
+                          self.max_context_tokens)
+        worker = Budget(1, self.worker_max_tokens, self.max_obs_tokens, self.max_context_tokens)
+        return {"policy": main, "planner": main, "thinker": main, "executor": executor, "worker": worker,
+                "searcher": main}
+
+    @property
+    def metric(self) -> str:
+        return self.answer_metric or ("f1" if self.agent in ("coda", "red-coda") else "em")

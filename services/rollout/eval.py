@@ -1,0 +1,82 @@
+"""``python -m services.rollout eval``: greedy episodes on a held-out split, EM/F1 per data source.
+
+Writes a table to stdout and a JSON file (per-source means and every prediction) under ``eval_output``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from services.rollout.config import RolloutSettings
+from services.rollout.runtime import agent_context
+from services.rollout.scoring import answer_metrics
+from shared.agents import run_episode
+from shared.datasets import PromptRecord, load_prompts, select_split
+from shared.log import get_logger
+
+log = get_logger(__name__)
+
+
+async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, tok=None) -> dict:
+    limit = asyncio.Semaphore(settings.max_running_groups)
+    rows: list[dict] = []
+
+    async with agent_context(settings, greedy=True, tok=tok) as ctx:
+        async def one(record: PromptRecord) -> None:
+            async with limit:
+                try:
+                    episode = await run_episode(settings.agent, ctx, record)
+                    answer, error = episode.answer, None
+                except Exception as exc:  # one failed prompt is a scored miss, not the end of the eval
+                    answer, error = None, repr(exc)[:300]
+            rows.append({"prompt_id": record.prompt_id, "data_source": record.data_source or "all",
+                         "question": record.question, "golden_answers": record.golden_answers,
+                         "prediction": answer, "error": error,
+                         **answer_metrics(settings.agent, record, answer)})
+
+        await asyncio.gather(*(one(r) for r in records))
+    return summarise(rows)
+
+
+def summarise(rows: list[dict]) -> dict:
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_source[row["data_source"]].append(row)
+    metrics = [k for k in ("em", "f1", "sub_em", "numeric") if rows and k in rows[0]]
+    table = {src: {"n": len(rs), **{m: sum(r[m] for r in rs) / len(rs) for m in metrics}}
+             for src, rs in sorted(by_source.items())}
+    if rows:
+        table["ALL"] = {"n": len(rows), **{m: sum(r[m] for r in rows) / len(rows) for m in metrics}}
+    return {"metrics": metrics, "by_source": table, "failed": sum(r["error"] is not None for r in rows),
+            "rows": sorted(rows, key=lambda r: r["prompt_id"])}
+
+
+def format_table(result: dict) -> str:
+    metrics = result["metrics"]
+    lines = ["| data source | n | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for src, row in result["by_source"].items():
+        lines.append(f"| {src} | {row['n']} | " + " | ".join(f"{100 * row[m]:.1f}" for m in metrics) + " |")
+    return "\n".join(lines)
+
+
+def run_eval(settings: RolloutSettings) -> Path:
+    records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
+    if settings.eval_limit:
+        records = records[: settings.eval_limit]
+    if not records:
+        raise SystemExit(f"no prompts in split {settings.split!r} of {settings.dataset}")
+    start = time.time()
+    result = asyncio.run(evaluate(settings, records))
+    result.update(recipe=settings.agent, dataset=settings.dataset, split=settings.split,
+                  model=settings.model_name, seconds=round(time.time() - start, 2))
+    out = Path(settings.eval_output)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{settings.agent}-{settings.split}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(format_table(result))
+    print(f"\n{len(records)} prompts, {result['failed']} failed, {result['seconds']} s → {path}")
+    return path

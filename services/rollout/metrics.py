@@ -1,0 +1,34 @@
+"""The rollout's Prometheus metrics (``coda_rollout_*``): throughput, turns, tokens, rewards, failures,
+admission waits and staleness. Registered on the app's registry; the producer updates them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
+
+REWARD_BUCKETS = (-3, -2, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)
+
+
+class RolloutMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry or CollectorRegistry()
+        self.episodes = Counter("coda_rollout_episodes_total", "Episodes finished", ["recipe"], registry=r)
+        self.groups = Counter("coda_rollout_groups_total", "Groups by outcome", ["outcome"], registry=r)
+        self.failures = Counter("coda_rollout_failures_total", "Failed groups by cause", ["cause"], registry=r)
+        self.episode_seconds = Histogram("coda_rollout_episode_seconds", "Episode wall time",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.turns = Histogram("coda_rollout_turns_per_episode", "Policy turns per episode (all roles)",
+                               buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30), registry=r)
+        self.tokens = Counter("coda_rollout_tokens_total", "Tokens in published samples", ["kind"], registry=r)
+        self.reward = Histogram("coda_rollout_reward", "Episode reward", buckets=REWARD_BUCKETS, registry=r)
+        self.component = Gauge("coda_rollout_reward_component", "Mean reward component of the last group",
+                               ["component"], registry=r)
+        self.admission_wait = Histogram("coda_rollout_admission_wait_seconds", "Wait for an admission slot",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.staleness = Histogram("coda_rollout_staleness_versions",
+                                   "Live version at publish minus the oldest version of the group's tokens",
+                                   buckets=(0, 1, 2, 3, 4, 6, 8, 16), registry=r)
+        self.running = Gauge("coda_rollout_running_groups", "Groups in flight", registry=r)
+        self.queued = Gauge("coda_rollout_queued_prompts", "Prompts waiting (including re-queued)", registry=r)
+        self.version = Gauge(POLICY_VERSION, "Policy version the rollout samples with", ["service"], registry=r)

@@ -1,0 +1,206 @@
+"""The producer loop: admit → take a prompt → run ``n`` episodes concurrently → score → publish one group.
+
+A group is published only when all its ``n`` episodes finished (GRPO needs the whole group). When any
+episode fails after the clients' bounded retries (LLM, retriever or searcher down or answering 5xx), the
+group is recorded as failed with its cause, its admission slot is freed and its prompt goes back to the
+queue (dropped, with an error log, after ``max_prompt_failures`` attempts). The loop itself never stops on
+an episode error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import httpx
+import redis
+
+from services.rollout.admission import Admission
+from services.rollout.config import RolloutSettings
+from services.rollout.embedding import Embedder
+from services.rollout.metrics import RolloutMetrics
+from services.rollout.scoring import build_group, score_episode
+from shared.agents import run_episode
+from shared.agents.context import AgentContext, Episode
+from shared.datasets import PromptRecord
+from shared.inference_client import InferenceError
+from shared.log import get_logger
+from shared.protocol import TrajectoryGroup
+from shared.stream import StreamQueue
+
+log = get_logger(__name__)
+
+
+class PromptQueue:
+    """Prompts in a seeded shuffled order, epoch after epoch; failed prompts are re-queued first."""
+
+    def __init__(self, records: list[PromptRecord], *, seed: int = 0, epochs: int | None = None) -> None:
+        if not records:
+            raise ValueError("the dataset has no prompts")
+        self.records, self.rng, self.epochs = list(records), random.Random(seed), epochs
+        self.epoch = 0
+        self.pending: deque[PromptRecord] = deque()
+        self.retry: deque[PromptRecord] = deque()
+        self.attempts: Counter[str] = Counter()
+
+    def next(self) -> PromptRecord | None:
+        if self.retry:
+            return self.retry.popleft()
+        if not self.pending:
+            if self.epochs is not None and self.epoch >= self.epochs:
+                return None
+            order = list(self.records)
+            self.rng.shuffle(order)
+            self.pending.extend(order)
+            self.epoch += 1
+        return self.pending.popleft()
+
+    def requeue(self, record: PromptRecord, max_failures: int) -> bool:
+        """Put a failed prompt back; False (dropped) once it failed ``max_failures`` times."""
+        self.attempts[record.prompt_id] += 1
+        if self.attempts[record.prompt_id] >= max_failures:
+            return False
+        self.retry.append(record)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.pending) + len(self.retry)
+
+
+def failure_cause(exc: BaseException, services: dict[str, str]) -> str:
+    """A short label for metrics: which service and how (``retriever_unreachable``, ``inference_http_503``)."""
+    if isinstance(exc, InferenceError):
+        return f"inference_http_{exc.status_code}"
+    if isinstance(exc, httpx.HTTPError):
+        url = str(exc.request.url) if getattr(exc, "_request", None) is not None else ""
+        name = next((n for n, base in services.items() if base and url.startswith(base.rstrip("/"))), "http")
+        if isinstance(exc, httpx.HTTPStatusError):
+            return f"{name}_http_{exc.response.status_code}"
+        return f"{name}_timeout" if isinstance(exc, httpx.TimeoutException) else f"{name}_unreachable"
+    return type(exc).__name__
+
+
+@dataclass
+class Stats:
+    published: int = 0
+    failed: int = 0
+    dropped: int = 0
+    episodes: int = 0
+
+
+class Producer:
+    def __init__(self, settings: RolloutSettings, ctx: AgentContext, *, publisher: StreamQueue,
+                 client: redis.Redis, admission: Admission, metrics: RolloutMetrics, prompts: PromptQueue,
+                 embed: Embedder) -> None:
+        self.s, self.ctx, self.publisher, self.r = settings, ctx, publisher, client
+        self.admission, self.metrics, self.prompts, self.embed = admission, metrics, prompts, embed
+        self.stats = Stats()
+        self.failures: Counter[str] = Counter()
+        self.services = {"inference": settings.inference_url, "retriever": settings.retriever_url,
+                         "searcher": settings.searcher_url}
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def version(self) -> int:
+        return self.ctx.policy.state.version
+
+    async def run(self, max_groups: int | None = None) -> Stats:
+        """Produce until the prompts run out (finite epochs), ``max_groups`` were started, or cancelled."""
+        started = 0
+        try:
+            while max_groups is None or started < max_groups:
+                wait = await self.admission.acquire()
+                self.metrics.admission_wait.observe(wait)
+                record = self.prompts.next()
+                if record is None:
+                    await self.admission.release(published=False)
+                    break
+                started += 1
+                task = asyncio.create_task(self._group(record, self.version, wait))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self.metrics.running.set(self.admission.running)
+                self.metrics.queued.set(len(self.prompts))
+            await asyncio.gather(*list(self._tasks))
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+        return self.stats
+
+    async def _episode(self, record: PromptRecord) -> tuple[Episode, float]:
+        start = time.perf_counter()
+        episode = await run_episode(self.s.agent, self.ctx, record)
+        return episode, time.perf_counter() - start
+
+    async def _group(self, record: PromptRecord, version: int, wait_s: float) -> None:
+        start = time.perf_counter()
+        published = False
+        try:
+            results = await asyncio.gather(*(self._episode(record) for _ in range(self.s.n_samples)),
+                                           return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                self._failed(record, errors[0])
+                return
+            group = self._score(record, [r for r in results if not isinstance(r, BaseException)], version,
+                                {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start})
+            await asyncio.to_thread(self._publish, group)
+            published = True
+        finally:
+            await self.admission.release(published)
+            self.metrics.running.set(self.admission.running)
+
+    def _score(self, record: PromptRecord, results: list[tuple[Episode, float]], version: int,
+               timing: dict[str, float]) -> TrajectoryGroup:
+        episodes = [e for e, _ in results]
+        rewards = [score_episode(self.s, record, e, self.embed) for e in episodes]
+        timing["episode_s_mean"] = sum(s for _, s in results) / len(results)
+        timing["episode_s_max"] = max(s for _, s in results)
+        for (episode, seconds), reward in zip(results, rewards, strict=True):
+            self.metrics.episodes.labels(self.s.agent).inc()
+            self.metrics.episode_seconds.observe(seconds)
+            self.metrics.turns.observe(episode.num_turns)
+            self.metrics.reward.observe(reward.reward)
+        for name in rewards[0].components:
+            self.metrics.component.labels(name).set(sum(r.components.get(name, 0.0) for r in rewards) / len(rewards))
+        self.stats.episodes += len(episodes)
+        return build_group(self.s, record, episodes, rewards, version=version, timing=timing)
+
+    def _publish(self, group: TrajectoryGroup) -> None:
+        self.publisher.publish(group)
+        self.r.incr(self.s.published_key)
+        self.stats.published += 1
+        self.metrics.groups.labels("published").inc()
+        trained = sum(s.num_trained_tokens for s in group.samples)
+        self.metrics.tokens.labels("trained").inc(trained)
+        self.metrics.tokens.labels("context").inc(sum(len(s.token_ids) for s in group.samples) - trained)
+        oldest = min((v for s in group.samples if (v := s.min_version()) is not None), default=self.version)
+        self.metrics.staleness.observe(self.version - oldest)
+        self.metrics.version.labels("rollout").set(self.version)
+
+    def _failed(self, record: PromptRecord, exc: BaseException) -> None:
+        cause = failure_cause(exc, self.services)
+        self.failures[cause] += 1
+        self.stats.failed += 1
+        self.metrics.failures.labels(cause).inc()
+        self.metrics.groups.labels("failed").inc()
+        if self.prompts.requeue(record, self.s.max_prompt_failures):
+            log.warning("group failed; prompt re-queued", extra={"prompt_id": record.prompt_id, "cause": cause,
+                                                                 "error": repr(exc)[:300]})
+        else:
+            self.stats.dropped += 1
+            self.metrics.groups.labels("dropped").inc()
+            log.error("prompt dropped after repeated failures", extra={"prompt_id": record.prompt_id,
+                                                                        "cause": cause})
+
+    def status(self) -> dict:
+        a = self.admission
+        return {"recipe": self.s.agent, "version": self.version, "model": self.ctx.policy.state.model_name,
+                "admission": {"capacity": a.capacity, "running": a.running, "accepted": a.accepted,
+                              "max_staleness": a.max_staleness, "groups_per_step": a.groups_per_step},
+                "published": self.stats.published, "failed": self.stats.failed, "dropped": self.stats.dropped,
+                "episodes": self.stats.episodes, "failures_by_cause": dict(self.failures),
+                "queued_prompts": len(self.prompts), "epoch": self.prompts.epoch}

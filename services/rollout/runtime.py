@@ -1,0 +1,54 @@
+"""Builds the pooled clients and the ``AgentContext`` from settings (shared by ``serve`` and ``eval``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+
+from services.rollout.config import RolloutSettings
+from shared.agents.context import AgentContext
+from shared.agents.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
+from shared.agents.searcher_client import AsyncSearcherClient
+from shared.agents.tokenizer import CharTokenizer, HFTokenizer, TokenizerLike
+from shared.inference_client import InferenceClient
+from shared.retriever_client import AsyncRetrieverClient
+from shared.retry import RetryPolicy
+
+SEARCHING = {"search-r1", "coda", "red-coda", "tool-agent"}
+
+
+def load_tokenizer(spec: str) -> TokenizerLike:
+    if spec == "char":
+        return CharTokenizer()
+    if not spec:
+        raise ValueError("set the tokenizer (CODA_ROLLOUT_TOKENIZER / --tokenizer): the served model's folder")
+    return HFTokenizer(spec)
+
+
+@contextlib.asynccontextmanager
+async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
+                        tok: TokenizerLike | None = None) -> AsyncIterator[AgentContext]:
+    """An ``AgentContext`` with pooled clients for ``settings.agent``; closes them on exit."""
+    policy_retry = RetryPolicy(attempts=settings.retry_attempts)
+    llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
+                          retry=policy_retry)
+    retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
+                                      max_connections=256) if settings.agent in SEARCHING else None)
+    searcher = (AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)
+                if settings.agent == "thinker-searcher" else None)
+    state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
+    sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p)
+    frozen = FrozenGenerator(llm, settings.frozen_model_name or settings.model_name,
+                             Sampling(settings.frozen_temperature, 1.0))
+    ctx = AgentContext(tok=tok or load_tokenizer(settings.tokenizer), policy=PolicyGenerator(llm, state, sampling),
+                       retriever=retriever, frozen=frozen, searcher=searcher, budgets=settings.budgets(),
+                       topk=settings.topk, searcher_max_turns=settings.searcher_max_turns)
+    try:
+        yield ctx
+    finally:
+        await llm.aclose()
+        for client in (retriever, searcher):
+            if client is not None:
+                await client.aclose()

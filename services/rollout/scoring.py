@@ -1,0 +1,70 @@
+"""Scores episodes with the recipe's reward (``shared.rewards.recipes``) and builds the published group.
+
+Rewards are per episode; a CoDA episode's reward goes to its planner and every executor it spawned (the
+seed's rule). Every sample also carries the reward's named components, so the trainer and the dashboards
+see what the scalar was made of.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from services.rollout.config import RolloutSettings
+from services.rollout.embedding import Embedder
+from shared.agents.context import Episode
+from shared.answers import answer_scores, numeric_match
+from shared.datasets import PromptRecord, gold_doc_ids
+from shared.protocol import TrajectoryGroup
+from shared.rewards.efficiency import think_format_fraction
+from shared.rewards.recipes import coda_reward, recursive_reasoner_reward, search_r1_reward, tool_agent_reward
+from shared.rewards.result import RewardResult
+from shared.rewards.similarity import answer_similarity, subproblem_independence
+
+
+def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Episode,
+                  embed: Embedder) -> RewardResult:
+    recipe, golds = settings.agent, record.golden_answers
+    if recipe in ("search-r1", "thinker-searcher"):
+        return search_r1_reward(episode.main.response_text, golds, metric=settings.metric)
+    if recipe in ("coda", "red-coda"):
+        return coda_reward(episode.main.response_text, [c.response_text for c in episode.children], golds,
+                           metric=settings.metric, format_weight=settings.format_weight,
+                           refine_weight=settings.refine_weight)
+    if recipe == "recursive-reasoner":
+        info = episode.info
+        independence = subproblem_independence(info["subproblems"], embed) if info["decomposed"] else 0.5
+        return recursive_reasoner_reward(
+            parsed=info["parsed"], correct=bool(numeric_match(episode.answer, golds[0] if golds else "")),
+            tokens=info["planner_tokens"] + info["worker_tokens"], decomposed=info["decomposed"],
+            independence=independence, token_budget=settings.token_budget)
+    if recipe == "tool-agent":
+        similarity = answer_similarity(episode.answer, golds[0] if golds else "", embed)
+        return tool_agent_reward(retrieved_ids=episode.info["retrieved_ids"], gold_doc_ids=gold_doc_ids(record),
+                                 similarity=similarity,
+                                 think_fraction=think_format_fraction(episode.info["messages"]),
+                                 weights=settings.tool_reward_weights)
+    raise ValueError(f"no reward for recipe {recipe!r}")
+
+
+def answer_metrics(recipe: str, record: PromptRecord, answer: str | None) -> dict[str, float]:
+    """EM/F1 (and numeric accuracy for math) of an episode's final answer: what eval reports."""
+    scores = answer_scores(answer, record.golden_answers)
+    if recipe == "recursive-reasoner":
+        scores["numeric"] = numeric_match(answer, record.golden_answers[0]) if record.golden_answers else 0.0
+    return scores
+
+
+def build_group(settings: RolloutSettings, record: PromptRecord, episodes: Sequence[Episode],
+                rewards: Sequence[RewardResult], *, version: int, timing: dict[str, float]) -> TrajectoryGroup:
+    samples = []
+    for episode, reward in zip(episodes, rewards, strict=True):
+        components = {**reward.components, **{f"answer_{k}": v for k, v in
+                                               answer_metrics(settings.agent, record, episode.answer).items()
+                                               if f"answer_{k}" not in reward.components}}
+        for traj in episode.trajectories:
+            samples.append(traj.to_sample(reward.reward, components, text=traj.response_text))
+    return TrajectoryGroup(prompt_id=record.prompt_id, recipe=settings.agent, data_source=record.data_source,
+                           question=record.question, golden_answers=list(record.golden_answers),
+                           policy_version=version, samples=samples, created_at=time.time(), timing=timing,
+                           metadata={"n_samples": len(episodes), "split": record.split})
