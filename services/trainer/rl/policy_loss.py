@@ -125,7 +125,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         log_ratio = torch.clamp(logp - old_logp, -20.0, 20.0)
         m = mask.to(logp.dtype)
         metrics = {
-            "pg_loss": float(loss),
+            "pg_loss": float(loss.detach()),
             "clip_fraction": float(masked_mean(info["clipped"].to(logp.dtype), m)),
             "clip_low_fraction": float(masked_mean(info["clipped_low"].to(logp.dtype), m)),
             "clip_high_fraction": float(masked_mean(info["clipped_high"].to(logp.dtype), m)),
