@@ -1,0 +1,214 @@
+"""The inference server: vLLM's OpenAI-compatible routes (the subset the stack uses) over the batching engine.
+
+Routes: ``POST /v1/completions``, ``GET /v1/models``, ``POST /v1/load_lora_adapter``,
+``POST /v1/unload_lora_adapter``, ``POST /collective_rpc`` (method ``update_weights_from_path``), plus the
+house ``/health`` and ``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from services.inference.completions import RequestError, build_request, build_response
+from services.inference.config import InferenceSettings
+from services.inference.engine import AdapterNotLoaded, Engine
+from services.inference.metrics import InferenceMetrics
+from services.inference.model import ModelRunner
+from services.inference.weights import (
+    WeightsError,
+    apply_checkpoint,
+    check_adapter,
+    check_checkpoint,
+    load_adapter,
+    read_checkpoint,
+    resolve_under,
+    unload_adapter,
+)
+from shared.http import ApiError, create_app
+from shared.log import get_logger
+from shared.protocol.inference import (
+    RELOAD_METHOD,
+    CollectiveRpcRequest,
+    CompletionRequest,
+    LoadLoRAAdapterRequest,
+    ModelCard,
+    ModelList,
+    UnloadLoRAAdapterRequest,
+)
+
+log = get_logger(__name__)
+
+
+class Server:
+    """What the routes share: settings, model, engine, metrics, and the adapters' paths."""
+
+    def __init__(self, settings: InferenceSettings, metrics: InferenceMetrics) -> None:
+        import torch
+
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        self.settings, self.metrics = settings, metrics
+        self.runner = ModelRunner(settings.model, settings.max_model_len)
+        self.name = settings.served_model_name or settings.model
+        self.root = Path(settings.weights_root)
+        self.adapter_paths: dict[str, str] = {}
+        self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
+                             seed=settings.seed, metrics=metrics)
+        self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
+
+    def resolve_model(self, name: str | None) -> str | None:
+        """The adapter a request's ``model`` names (None = base), or vLLM's 404."""
+        if name is None or name == self.name:
+            return None
+        if name in self.runner.adapters:
+            return name
+        raise ApiError(f"The model `{name}` does not exist.", 404, "NotFoundError")
+
+    async def run_op(self, run, ready=None):
+        return await asyncio.wrap_future(self.engine.control(run, ready))
+
+
+def _api_error(exc: RequestError | WeightsError) -> ApiError:
+    status = getattr(exc, "status_code", 400)
+    return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError")
+
+
+def create_inference_app(settings: InferenceSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        server = await asyncio.to_thread(Server, settings, metrics)
+        server.engine.start()
+        app.state.server = server
+        log.info("inference server ready", extra={"model": server.name, "port": settings.port})
+        try:
+            yield
+        finally:
+            server.engine.stop()
+
+    def engine_alive() -> str:
+        server: Server = app.state.server
+        if not server.engine._thread.is_alive():
+            raise RuntimeError("engine thread is not running")
+        return f"running={server.engine.num_running} waiting={server.engine.num_waiting}"
+
+    app, registry = create_app("inference", lifespan=lifespan, health_checks={"engine": engine_alive},
+                               max_body_bytes=settings.max_body_bytes,
+                               description="CPU policy server speaking vLLM's OpenAI-compatible API subset")
+    metrics = InferenceMetrics(registry)
+    _add_routes(app)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
+    @app.post("/v1/completions", tags=["vllm"], summary="Sample completions of token-id (or text) prompts")
+    async def completions(body: CompletionRequest) -> JSONResponse:
+        server: Server = app.state.server
+        adapter = server.resolve_model(body.model)
+        try:
+            request = build_request(body, server.runner, adapter, max_num_seqs=server.settings.max_num_seqs,
+                                    default_max_tokens=server.settings.max_tokens_default)
+            sequences, version = await asyncio.wrap_future(server.engine.submit(request))
+        except RequestError as exc:
+            raise _api_error(exc) from None
+        except AdapterNotLoaded as exc:
+            raise ApiError(str(exc), 404, "NotFoundError") from None
+        response = build_response(body, body.model or server.name, sequences, version, server.runner)
+        return JSONResponse(response.model_dump(mode="json"))
+
+    @app.get("/v1/models", tags=["vllm"], summary="The base model and the loaded LoRA adapters")
+    async def models() -> ModelList:
+        server: Server = app.state.server
+        cards = [ModelCard(id=server.name, root=server.settings.model, max_model_len=server.runner.max_model_len)]
+        cards += [ModelCard(id=name, root=path, parent=server.name) for name, path in server.adapter_paths.items()]
+        return ModelList(data=cards)
+
+    @app.post("/v1/load_lora_adapter", tags=["vllm"], summary="Load a PEFT LoRA adapter under a model name")
+    async def load_lora(body: LoadLoRAAdapterRequest) -> PlainTextResponse:
+        server: Server = app.state.server
+        if not body.lora_name or not body.lora_path:
+            raise ApiError("Both 'lora_name' and 'lora_path' must be provided.", 400, "InvalidUserInput")
+        async with server.lock:
+            replace = body.lora_name in server.runner.adapters
+            if replace and not body.load_inplace:
+                raise ApiError(f"The lora adapter '{body.lora_name}' has already been loaded. If you want to "
+                               "load the adapter in place, set 'load_inplace' to True.", 400, "InvalidUserInput")
+            if not replace and len(server.runner.adapters) >= server.settings.max_loras:
+                raise ApiError(f"{len(server.runner.adapters)} LoRA adapters are loaded, the most this server "
+                               f"holds (max_loras={server.settings.max_loras}); unload one first", 400)
+            start = time.perf_counter()
+            try:
+                path = resolve_under(server.root, body.lora_path, "lora_path")
+                check_adapter(path, server.settings.max_lora_rank)
+                name = body.lora_name
+                ready = (lambda: server.engine.adapter_idle(name)) if replace else None
+                await server.run_op(lambda: load_adapter(server.runner, name, path, replace), ready)
+            except WeightsError as exc:
+                raise _api_error(exc) from None
+            except (ValueError, OSError, KeyError) as exc:  # peft refusing the adapter (wrong base, bad files)
+                raise ApiError(f"could not load LoRA adapter from {body.lora_path!r}: {exc}", 400) from None
+            server.adapter_paths[body.lora_name] = str(path)
+            server.metrics.adapters.set(len(server.runner.adapters))
+            server.metrics.reloads.labels("lora").inc()
+            server.metrics.reload_seconds.labels("lora").observe(time.perf_counter() - start)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter", tags=["vllm"], summary="Unload a LoRA adapter")
+    async def unload_lora(body: UnloadLoRAAdapterRequest) -> PlainTextResponse:
+        server: Server = app.state.server
+        name = body.lora_name
+        async with server.lock:
+            if name not in server.runner.adapters:
+                raise ApiError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
+            # Requests decoding with it finish first; new ones wait, then get a 404 for the unknown model.
+            await server.run_op(lambda: unload_adapter(server.runner, name), lambda: server.engine.adapter_idle(name))
+            server.adapter_paths.pop(name, None)
+            server.metrics.adapters.set(len(server.runner.adapters))
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path")
+    async def collective_rpc(body: CollectiveRpcRequest) -> JSONResponse:
+        server: Server = app.state.server
+        if body.method != RELOAD_METHOD:
+            raise ApiError(f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r}", 400)
+        path_arg = body.args[0] if body.args else body.kwargs.get("path") or body.kwargs.get("weight_dir")
+        if not path_arg:
+            raise ApiError(f"{RELOAD_METHOD} needs the weights directory as args[0] or kwargs['path']", 400)
+        try:
+            version = int(body.kwargs["version"]) if "version" in body.kwargs else None
+        except ValueError:
+            raise ApiError(f"version must be an integer, got {body.kwargs['version']!r}", 400) from None
+        result = await _reload(server, path_arg, version)
+        return JSONResponse({"results": [result]})
+
+
+async def _reload(server: Server, path_arg: str, version: int | None) -> dict:
+    """Read and check the checkpoint off the engine thread, then drain and swap on it."""
+    start = time.perf_counter()
+    async with server.lock:
+        try:
+            path = resolve_under(server.root, path_arg, "weights path")
+            tensors = await asyncio.to_thread(read_checkpoint, path)
+            tensors = check_checkpoint(server.runner, tensors)
+        except WeightsError as exc:
+            raise _api_error(exc) from None
+        new_version = version if version is not None else server.engine.version + 1
+
+        def swap() -> int:
+            count = apply_checkpoint(server.runner, tensors)
+            server.engine.version = new_version
+            return count
+
+        count = await server.run_op(swap, server.engine.idle)
+    seconds = time.perf_counter() - start
+    server.metrics.weight_version.set(new_version)
+    server.metrics.reloads.labels("full").inc()
+    server.metrics.reload_seconds.labels("full").observe(seconds)
+    log.info("weights reloaded", extra={"path": str(path), "version": new_version, "tensors": count,
+                                        "seconds": round(seconds, 3)})
+    return {"weight_version": new_version, "tensors": count, "seconds": round(seconds, 4), "path": str(path)}

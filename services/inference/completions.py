@@ -1,0 +1,149 @@
+"""``/v1/completions`` semantics: validate a request as vLLM does, turn it into engine sequences, and build the
+vLLM-shaped response (logprobs block, ``token_id:N`` strings, finish/stop reasons, usage).
+
+Error messages follow vLLM's wording where it has one, so a client sees the same 4xx from both servers.
+"""
+
+from __future__ import annotations
+
+from services.inference.engine import GenerationRequest, Sequence, make_generators
+from services.inference.model import ModelRunner
+from services.inference.sampling import SamplingParams
+from shared.protocol.inference import (
+    TOKEN_ID_PREFIX,
+    CompletionChoice,
+    CompletionLogProbs,
+    CompletionRequest,
+    CompletionResponse,
+    UsageInfo,
+)
+
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+
+
+class RequestError(ValueError):
+    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.message, self.status_code, self.type_ = message, status_code, type_
+
+
+def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]:
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        prompts = [runner.encode(prompt)]
+    elif prompt and isinstance(prompt[0], str):
+        prompts = [runner.encode(p) for p in prompt]  # type: ignore[arg-type]
+    elif prompt and isinstance(prompt[0], list):
+        prompts = [list(p) for p in prompt]  # type: ignore[arg-type]
+    else:
+        prompts = [list(prompt)]  # type: ignore[arg-type]
+    vocab = len(runner.tokenizer)
+    for ids in prompts:
+        if not ids:
+            raise RequestError("Either prompt or prompt_embeds must be provided and non-empty.")
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(f"Token id {bad} is out of vocabulary (vocab size {vocab}).")
+    return prompts
+
+
+def _check_sampling(request: CompletionRequest, max_num_seqs: int, num_prompts: int) -> None:
+    if request.stream:
+        raise RequestError("stream=true is not supported by this server; send stream=false")
+    if request.echo:
+        raise RequestError("echo=true is not supported by this server")
+    if request.n < 1:
+        raise RequestError(f"n must be at least 1, got {request.n}.")
+    if request.n * num_prompts > max_num_seqs:
+        raise RequestError(f"{request.n * num_prompts} sequences requested; this server decodes at most "
+                           f"{max_num_seqs} at once (max_num_seqs)")
+    if request.temperature is not None and request.temperature < 0:
+        raise RequestError(f"temperature must be non-negative, got {request.temperature}.")
+    if request.top_p is not None and not 0 < request.top_p <= 1:
+        raise RequestError(f"top_p must be in (0, 1], got {request.top_p}.")
+    if request.logprobs is not None and not 0 <= request.logprobs <= MAX_LOGPROBS:
+        raise RequestError(f"Requested sample logprobs of {request.logprobs}, which is greater than max allowed: "
+                           f"{MAX_LOGPROBS}" if request.logprobs > 0 else
+                           f"`logprobs` must be between 0 and {MAX_LOGPROBS}, got {request.logprobs}.")
+    if request.min_tokens < 0:
+        raise RequestError(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
+
+
+def _max_tokens(request: CompletionRequest, prompt_len: int, max_model_len: int, default: int) -> int:
+    max_tokens = request.max_tokens if request.max_tokens is not None else default
+    if max_tokens < 1:
+        raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.")
+    if prompt_len + max_tokens > max_model_len:
+        raise RequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+            "Please reduce the length of the messages or completion.")
+    return max_tokens
+
+
+def build_request(request: CompletionRequest, runner: ModelRunner, adapter: str | None, *, max_num_seqs: int,
+                  default_max_tokens: int) -> GenerationRequest:
+    """Validated engine request: ``n`` sequences per prompt, prompt-major (vLLM's choice order)."""
+    prompts = _prompts(request, runner)
+    _check_sampling(request, max_num_seqs, len(prompts))
+    stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+    generators = make_generators(request.seed, request.n * len(prompts))
+    sequences = []
+    for ids in prompts:
+        params = SamplingParams(
+            max_tokens=_max_tokens(request, len(ids), runner.max_model_len, default_max_tokens),
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p, top_k=request.top_k or 0,
+            min_tokens=request.min_tokens, seed=request.seed, stop=stop,
+            stop_token_ids=frozenset(request.stop_token_ids or ()), ignore_eos=request.ignore_eos,
+            include_stop_str_in_output=request.include_stop_str_in_output,
+            skip_special_tokens=request.skip_special_tokens, logprobs=request.logprobs)
+        for _ in range(request.n):
+            sequences.append(Sequence(prompt=ids, params=params, adapter=adapter,
+                                      generator=generators[len(sequences)]))
+    return GenerationRequest(sequences)
+
+
+def _token_str(runner: ModelRunner, token: int, as_id: bool) -> str:
+    return f"{TOKEN_ID_PREFIX}{token}" if as_id else runner.tokenizer.decode([token])
+
+
+def _logprobs_block(seq: Sequence, runner: ModelRunner, as_id: bool, k: int) -> CompletionLogProbs:
+    """vLLM's legacy logprobs: sampled token first in each top dict, then the top ``k``; offsets by string."""
+    tokens = [_token_str(runner, t, as_id) for t in seq.out_ids]
+    offsets, offset = [], 0
+    top_dicts: list[dict[str, float] | None] = []
+    for text, logprob, top in zip(tokens, seq.out_logprobs, seq.out_top, strict=True):
+        offsets.append(offset)
+        offset += len(text)
+        entry = {text: logprob}
+        for other, value in (top or {}).items():
+            if len(entry) > k:
+                break
+            entry.setdefault(_token_str(runner, other, as_id), value)
+        top_dicts.append(entry)
+    return CompletionLogProbs(text_offset=offsets, token_logprobs=list(seq.out_logprobs), tokens=tokens,
+                              top_logprobs=top_dicts)
+
+
+def build_response(request: CompletionRequest, model_name: str, sequences: list[Sequence], version: int,
+                   runner: ModelRunner) -> CompletionResponse:
+    choices = []
+    prompt_tokens, seen_prompts = 0, 0
+    for index, seq in enumerate(sequences):
+        if index % request.n == 0:
+            prompt_tokens += len(seq.prompt)
+            seen_prompts += 1
+        logprobs = None
+        if request.logprobs is not None:
+            logprobs = _logprobs_block(seq, runner, bool(request.return_tokens_as_token_ids), request.logprobs)
+        finish = seq.finish
+        choices.append(CompletionChoice(
+            index=index, text=seq.text, logprobs=logprobs, finish_reason=finish.reason if finish else None,
+            stop_reason=finish.stop_reason if finish else None,
+            token_ids=list(seq.out_ids) if request.return_token_ids else None,
+            prompt_token_ids=list(seq.prompt) if request.return_token_ids else None))
+    completion_tokens = sum(len(s.out_ids) for s in sequences)
+    usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      total_tokens=prompt_tokens + completion_tokens)
+    return CompletionResponse(model=model_name, choices=choices, usage=usage, weight_version=version)

@@ -1,0 +1,37 @@
+"""Inference-server settings (``[inference]`` in a recipe, ``CODA_INFERENCE_*`` in the environment, ``--flags``).
+
+Names follow vLLM's flags where one exists (``served_model_name``, ``max_model_len``, ``max_num_seqs``,
+``max_loras``, ``max_lora_rank``, ``logprobs_mode``), so a recipe reads the same for both servers.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from shared.settings import ServiceSettings, service_config
+
+
+class InferenceSettings(ServiceSettings):
+    """How ``python -m services.inference serve`` loads the policy and answers the vLLM-shaped API."""
+
+    model_config = service_config("CODA_INFERENCE_")
+    toml_section: ClassVar[str] = "inference"
+
+    model: str = Field("runs/tiny-model", description="HF model directory (e.g. written by `make-tiny`)")
+    served_model_name: str | None = Field(None, description="Name requests use in `model`; default: the path")
+    host: str = Field("127.0.0.1", description="Interface to bind")
+    port: int = Field(8002, ge=1, le=65535, description="HTTP port")
+    max_model_len: int | None = Field(None, ge=2, description="Context length; default: the model config's")
+    max_num_seqs: int = Field(128, ge=1, description="Most sequences decoded together in one forward pass")
+    max_tokens_default: int = Field(16, ge=1, description="max_tokens when a request sends none (vLLM: 16)")
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
+        "raw_logprobs", description="Logprobs of the raw model (vLLM default) or of the sampled distribution")
+    max_loras: int = Field(4, ge=1, description="LoRA adapters resident at once (load beyond this → 400)")
+    max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
+    weights_root: str = Field("runs", description="Adapter and reload paths must lie under this directory")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = torch's default")
+    seed: int = Field(0, description="Seed of the sampler for requests without their own seed")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (else 413)")
+    log_format: Literal["kv", "json"] = Field("kv", description="Log line format")

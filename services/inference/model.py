@@ -1,0 +1,87 @@
+"""The served model: a transformers causal LM (optionally wrapped by peft for LoRA adapters) and its tokenizer.
+
+Two forward passes: ``prefill`` (one prompt, no padding, fills a fresh cache) and ``decode`` (one new token
+for every running row against the shared ``KVBatch``). With adapters loaded, each row names its adapter and
+peft's mixed-batch LoRA path applies it to that row only; base rows get exactly the base computation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from services.inference.kv import KVBatch
+from shared.log import get_logger
+
+log = get_logger(__name__)
+
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
+
+
+class ModelRunner:
+    def __init__(self, model_dir: str | Path, max_model_len: int | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        self.base.requires_grad_(False)
+        self.model = self.base  # becomes a peft.PeftModel while adapters are loaded
+        self.adapters: set[str] = set()  # names of the loaded LoRA adapters (kept by services.inference.lora)
+        self.params: dict[str, torch.Tensor] = dict(self.base.named_parameters())
+        self.tied = bool(getattr(self.base.config, "tie_word_embeddings", False))
+        config_len = int(getattr(self.base.config, "max_position_embeddings", 2048))
+        self.max_model_len = min(max_model_len or config_len, config_len)
+        self.num_layers = int(self.base.config.num_hidden_layers)
+        self.eos_ids = self._eos_ids()
+        log.info("model loaded", extra={"dir": str(self.model_dir), "params": self.num_parameters(),
+                                        "max_model_len": self.max_model_len, "eos": sorted(self.eos_ids)})
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.base, "generation_config", None), self.base.config):
+            eos = getattr(source, "eos_token_id", None) if source is not None else None
+            ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return frozenset(int(i) for i in ids)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+    @property
+    def has_adapters(self) -> bool:
+        return self.model is not self.base
+
+    def _forward(self, adapters: list[str | None], **inputs) -> torch.Tensor:
+        if self.has_adapters:
+            inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
+        elif any(adapters):
+            raise RuntimeError(f"adapter(s) {sorted({a for a in adapters if a})} are not loaded")
+        out = self.model(**inputs, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float()
+
+    @torch.inference_mode()
+    def prefill(self, prompt: list[int], adapter: str | None) -> tuple[torch.Tensor, list]:
+        """Logits after the prompt ``[vocab]`` and the per-layer (keys, values) ``[1, heads, len, dim]``."""
+        cache = DynamicCache()
+        logits = self._forward([adapter], input_ids=torch.tensor([prompt]), past_key_values=cache)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        return logits[0], layers
+
+    @torch.inference_mode()
+    def decode(self, kv: KVBatch, tokens: list[int], adapters: list[str | None]) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` for each row's newest token; appends that token's column to ``kv``."""
+        kv.ensure_capacity(kv.length + 1)
+        positions = torch.tensor(kv.real_lengths()).unsqueeze(1)
+        logits = self._forward(adapters, input_ids=torch.tensor(tokens).unsqueeze(1),
+                               attention_mask=kv.attention_mask(1), position_ids=positions,
+                               past_key_values=kv.as_cache())
+        kv.length += 1
+        return logits
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+
+    def decode_text(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)

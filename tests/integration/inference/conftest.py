@@ -1,0 +1,71 @@
+"""A real tiny model (built once per session) served by the real server on 127.0.0.1, plus the plain
+transformers model the server's numbers are checked against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.inference.config import InferenceSettings
+from services.inference.factory import build_tiny_model, read_texts
+from shared.inference_client import SyncInferenceClient
+from shared.redis_server import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+CORPUS_CANDIDATES = [REPO / "data/hotpotqa/corpus.jsonl", Path("/work/shared/data/hotpotqa-sample/corpus.jsonl")]
+
+
+def corpus() -> Path:
+    for path in CORPUS_CANDIDATES:
+        if path.is_file():
+            return path
+    pytest.skip("no bundled corpus to train the tokenizer on")
+
+
+@pytest.fixture(scope="session")
+def weights_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("weights")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(weights_root) -> Path:
+    """~0.3M-parameter Qwen2 with a 1024-token BPE vocabulary and a 512-token context."""
+    return build_tiny_model(weights_root / "base", read_texts([corpus()], limit=600), size="tiny", seed=0,
+                            vocab_size=1024, max_len=512)
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model):
+    """The same checkpoint loaded by plain transformers (what the trainer computes logprobs with)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def server_url(tiny_model, weights_root):
+    from services.inference.local import serve_in_thread
+
+    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
+                                 weights_root=str(weights_root), max_loras=2, max_lora_rank=16,
+                                 max_num_seqs=64)
+    with serve_in_thread(settings) as url:
+        yield url
+
+
+@pytest.fixture
+def client(server_url):
+    with SyncInferenceClient(server_url) as c:
+        yield c
+
+
+def reference_logprobs(model, prompt: list[int], generated: list[int]) -> list[float]:
+    """log p(generated[i] | prompt + generated[:i]) from one plain forward pass."""
+    import torch
+
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + generated])).logits[0].float()
+    lp = logits.log_softmax(-1)[len(prompt) - 1:len(prompt) - 1 + len(generated)]
+    return lp.gather(1, torch.tensor(generated).unsqueeze(1)).squeeze(1).tolist()
