@@ -28,6 +28,8 @@ def coda_reward(planner_response: str, executor_responses: Sequence[str], golds:
     given (e.g. an LLM-judge score in [0, 1]). ``fmt`` is the graduated per-tag score with each role's own tag
     list; the executor term is the mean over this planner's executors (0 with none). ``refine`` is 1 if any
     executor's ``<refine>`` text covers a gold (cover-EM). The same R goes to the planner and its executors.
+    Components use the same names as ``answer_reward`` (``em``, ``f1``, ``sub_em``, ``cover_em``) so
+    consumers (RED accuracy, eval tables) read one key whatever the recipe.
     """
     golds = as_gold_list(golds)
     scores = answer_scores(extract_answer(planner_response), golds)
@@ -40,8 +42,7 @@ def coda_reward(planner_response: str, executor_responses: Sequence[str], golds:
     reward = answer_term + format_weight * (planner_fmt + executor_fmt) + refine_weight * refine
     info_rr = max((information_reverse_rank(r, golds) for r in executor_responses), default=0.0)
     components = {
-        "answer": s, "answer_term": answer_term, "answer_em": scores["em"], "answer_f1": scores["f1"],
-        "answer_sub_em": scores["sub_em"], "answer_cover_em": scores["cover_em"],
+        "answer": s, "answer_term": answer_term, **scores,
         "planner_format": planner_fmt, "executor_format": executor_fmt, "refine": refine,
         "information_reverse_rank": info_rr, "num_executors": float(len(executor_responses)),
     }

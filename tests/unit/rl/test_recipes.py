@@ -17,7 +17,7 @@ def test_coda_reward_hand_computed():
     r = coda_reward(PLANNER, [EXEC_FULL, EXEC_HALF], ["Barack Obama"])
     # F1 0.8 -> 6·0.8−3 = 1.8; fmt planner 1, executors mean (1 + 0.5)/2 = 0.75; refine 1 (cover-EM)
     assert r.reward == pytest.approx(1.8 + 0.1 * (1 + 0.75) + 0.1 * 1)
-    assert r.components["answer_f1"] == pytest.approx(0.8)
+    assert r.components["f1"] == pytest.approx(0.8)
     assert r.components["executor_format"] == pytest.approx(0.75)
     assert r.components["refine"] == 1.0 and r.components["num_executors"] == 2.0
 
