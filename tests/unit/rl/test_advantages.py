@@ -105,3 +105,28 @@ def test_advantages_sum_to_zero_per_group(rows, estimator, std):
     for k in set(keys):
         idx = [i for i, kk in enumerate(keys) if kk == k]
         assert abs(res.advantages[idx].sum()) < 1e-6 * max(1.0, np.abs(res.advantages[idx]).max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.floats(-5, 5, allow_nan=False)), min_size=1,
+                max_size=16),
+       st.sampled_from(["grpo", "dr_grpo", "rloo"]))
+def test_role_advantages_sum_to_zero_per_group_and_role(rows, estimator):
+    # Every group gets one planner first so that executors always have a parent.
+    rows = [(g, False, 1.0) for g in sorted({g for g, _, _ in rows})] + rows
+    group_ids = [f"g{g}" for g, _, _ in rows]
+    roles = ["executor" if ex else "planner" for _, ex, _ in rows]
+    sample_ids = [f"s{i}" for i in range(len(rows))]
+    first_planner = {g: f"s{i}" for i, (g, ex, _) in reversed(list(enumerate(rows))) if not ex}
+    parents = [first_planner[g] if ex else None for g, ex, _ in rows]
+    rewards = [r for _, _, r in rows]
+    per_role = role_advantages(rewards, group_ids, roles, sample_ids, parents, mode="per_role", estimator=estimator)
+    inherit = role_advantages(rewards, group_ids, roles, sample_ids, parents, mode="inherit", estimator=estimator)
+    for key in {(g, r) for g, r in zip(group_ids, roles, strict=True)}:
+        idx = [i for i, gr in enumerate(zip(group_ids, roles, strict=True)) if gr == key]
+        assert abs(per_role.advantages[idx].sum()) < 1e-6 * max(1.0, np.abs(per_role.advantages[idx]).max())
+        if key[1] == "planner":
+            assert abs(inherit.advantages[idx].sum()) < 1e-6 * max(1.0, np.abs(inherit.advantages[idx]).max())
+    for i, p in enumerate(parents):
+        if p is not None:
+            assert inherit.advantages[i] == inherit.advantages[sample_ids.index(p)]
