@@ -37,6 +37,7 @@ class RolloutSettings(ServiceSettings):
     searcher_url: str = Field("http://127.0.0.1:8001", description="Searcher service (thinker-searcher)")
     http_timeout_s: float = Field(300.0, gt=0, description="Timeout of one LLM/retriever/searcher call")
     retry_attempts: int = Field(4, ge=1, description="Tries per HTTP call on 5xx/timeouts (never on 4xx)")
+    retry_backoff_s: float = Field(0.2, ge=0, description="First retry wait; doubles per retry (max 5 s)")
 
     # ------------------------------------------------------------ data
     dataset: str = Field("bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or "

@@ -31,7 +31,7 @@ def load_tokenizer(spec: str) -> TokenizerLike:
 async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
                         tok: TokenizerLike | None = None) -> AsyncIterator[AgentContext]:
     """An ``AgentContext`` with pooled clients for ``settings.agent``; closes them on exit."""
-    policy_retry = RetryPolicy(attempts=settings.retry_attempts)
+    policy_retry = RetryPolicy(attempts=settings.retry_attempts, backoff_s=settings.retry_backoff_s)
     llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
                           retry=policy_retry)
     retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
