@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from services.trainer import faults
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -117,6 +118,7 @@ def save(engine, state: TrainState, root: str | Path, keep: int, rank: int, worl
     if rank == 0:
         (tmp / "state.json").write_text(state.to_json())
         _fsync_tree(tmp)
+        faults.point("mid_checkpoint")
         if final.exists():  # a step re-saved after resuming from an older checkpoint
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -59,18 +59,28 @@ class TrainerSettings(ServiceSettings):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0 = no reference model)")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
     entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
-    is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
+    is_seq_mask: bool = Field(True, description="Mask sequences whose mean ratio to the sampler leaves the band")
+    is_seq_min: float = Field(0.5, gt=0, description="Lower edge of the sequence ratio band (geometric mean)")
+    is_seq_max: float = Field(2.0, gt=0, description="Upper edge of the sequence ratio band (geometric mean)")
 
     # ---------------------------------------------------------------- RED / SFT co-training
     sft_data: str | None = Field(None, description="SFT demonstrations JSONL (from make-sft); None = GRPO only")
     sft_batch: int = Field(4, ge=1, description="Demonstrations per optimizer step")
     sft_coef: float = Field(0.1, ge=0, description="SFT loss coefficient (multiplied by the RED weight)")
+    red_mode: Literal["grpo_only", "fixed", "red"] = Field(
+        "red", description="SFT weight: none, fixed sft_coef, or RED (entropy change × accuracy factor)")
     red_g: float = Field(5.0, ge=1, description="RED clamp constant G")
+    red_ema_decay: float = Field(0.99, ge=0, lt=1, description="Decay of the RED entropy EMAs")
+    red_delta: Literal["relative", "absolute"] = Field("relative", description="RED entropy-change variant")
     red_accuracy_aware: bool = Field(True, description="Multiply the RED weight by the accuracy factor")
-    red_accuracy_key: str = Field("f1", description="Reward component that counts as accuracy (> 0)")
+    red_accuracy_key: str = Field("f1", description="Reward component scored as accuracy (falls back to reward)")
+    red_accuracy_threshold: float = Field(0.0, description="A planner row is accurate when its score exceeds this")
+    red_floor: float | None = Field(None, description="Lower clamp of the RED weight (None: 1/G²)")
 
     # ---------------------------------------------------------------- publishing
     inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
+    served_model: str = Field("policy", description="Model name of the full weights on the inference server")
+    sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
     keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")

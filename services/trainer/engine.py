@@ -29,7 +29,9 @@ def init_distributed() -> torch.device:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())))
     import deepspeed
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # per-publish "Writing model shards" bars would flood the log
     # `import deepspeed.comm.torch as m` would bind the torch package itself (a name in deepspeed.comm
     # shadows the submodule); importlib returns the real submodule.
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None

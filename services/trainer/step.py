@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from services.trainer import faults
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
 from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
@@ -98,6 +99,7 @@ def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs
             sums["sft_entropy_sum"] += float((ent.detach() * mask).sum())
         eng.engine.backward(loss, scale_wrt_gas=False)
         sums["tokens"] += batch.num_tokens
+        faults.point("mid_step")
     local_norm = _param_grad_norm(eng) if eng.engine.zero_optimization_stage() == 0 else None
     eng.engine.step()
     totals = _all_reduce(list(sums.values()), "sum", eng.world)

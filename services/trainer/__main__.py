@@ -1,0 +1,73 @@
+"""``python -m services.trainer {train,make-sft}``: run the trainer, or build the SFT demonstrations.
+
+    python -m services.trainer train --recipe configs/tiny-cpu.toml --redis-url redis://127.0.0.1:6379/0
+    torchrun --nproc_per_node 2 -m services.trainer train --zero-stage 2 ...    (multi-process)
+    python -m services.trainer make-sft --model models/tiny --retriever-url http://127.0.0.1:8000 \\
+        --qa data/hotpotqa/qa_supported.jsonl --out runs/sft.jsonl
+
+Settings: defaults < recipe ``[trainer]`` < ``CODA_TRAINER_*`` env < flags. torch, DeepSpeed and
+transformers are imported only after the arguments are parsed, so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from services.trainer.config import TrainerSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m services.trainer", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="consume trajectory groups, train, checkpoint, publish weights",
+                           description="GRPO (+ RED SFT co-training) from the Redis stream. "
+                                       "The deepspeed launcher's --local_rank is accepted and ignored.")
+    train.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    TrainerSettings.add_arguments(train)
+    from services.trainer.make_sft import add_arguments
+
+    add_arguments(sub.add_parser("make-sft", help="build SFT demonstrations from gold answers and retrieved docs",
+                                 description="Demonstrations for RED co-training: real retrieval, documents "
+                                             "masked out of the loss."))
+    return parser
+
+
+def train(args: argparse.Namespace) -> int:
+    from shared.log import configure_logging
+
+    configure_logging()
+    settings = TrainerSettings.from_args(args)
+    from services.trainer.app import build_app, serve_in_thread
+    from services.trainer.loop import Trainer
+
+    holder: dict = {}
+    app, registry = build_app(lambda: holder.get("trainer"))
+    trainer = Trainer(settings, registry)
+    holder["trainer"] = trainer
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if settings.port and os.environ.get("RANK", "0") == "0":  # /health answers 503 until setup is done
+        serve_in_thread(app, settings.host, settings.port)
+    trainer.setup()
+    state = trainer.run(stop)
+    print(f"trained {state.step} steps, policy version {state.version}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "train":
+        return train(args)
+    from services.trainer.make_sft import run
+
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

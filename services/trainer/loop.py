@@ -1,0 +1,193 @@
+"""The training loop: groups from the stream → one optimizer step → checkpoint → ack → publish weights.
+
+Order of effects per step (what makes a crash lose nothing and count nothing twice):
+  1. train on the step's groups (in memory only);
+  2. every ``checkpoint_every`` steps: write a durable checkpoint whose ``covered`` lists the stream entries
+     trained since the last one, THEN acknowledge those entries;
+  3. every ``publish_every`` steps: publish the weights as the next version (the version number is fixed in
+     the checkpoint before it is written, so a resumed run knows which version its weights are).
+A crash before 2 loses the step's effect and its groups are still pending: they are trained again. A crash
+between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
+
+Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import torch
+
+from services.trainer import checkpoint, faults
+from services.trainer.batches import GroupReader, to_sequences
+from services.trainer.config import TrainerSettings
+from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
+from services.trainer.objective import Objective, finish
+from services.trainer.observe import Observer
+from services.trainer.publish import Publisher
+from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
+from services.trainer.sft import SftData
+from services.trainer.step import StepInput, train_step
+from shared.advantages import trajectory_advantages
+from shared.log import get_logger
+from shared.protocol import TrajectoryGroup
+from shared.stream import Entry, StreamQueue
+
+log = get_logger(__name__)
+
+
+class Trainer:
+    """Owns the engine, the stream consumer, the publisher and the observer of one training run."""
+
+    def __init__(self, settings: TrainerSettings, registry=None) -> None:
+        self.s = settings
+        self.registry = registry
+        self.unacked: list[str] = []
+        self.last_publish = None
+        self.ready = threading.Event()
+
+    # ---------------------------------------------------------------- setup
+    def setup(self) -> None:
+        s = self.s
+        self.device = init_distributed()
+        random.seed(s.seed)
+        np.random.seed(s.seed)
+        torch.manual_seed(s.seed)
+        self.eng = build_engine(s, self.device)
+        self.rank0 = self.eng.rank == 0
+        self.ref = load_reference(s, self.device, param_dtype(s, self.device))
+        self.objective = Objective(s)
+        self.red_cfg = REDConfig(mode=s.red_mode, g=s.red_g, sft_coef=s.sft_coef, ema_decay=s.red_ema_decay,
+                                 delta=s.red_delta, accuracy_aware=s.red_accuracy_aware,
+                                 accuracy_threshold=s.red_accuracy_threshold, floor=s.red_floor)
+        self.sft = SftData(s.sft_data) if s.sft_data and s.red_mode != "grpo_only" else None
+        self.redis = self.queue = self.reader = None
+        client = None
+        if self.rank0:
+            import redis
+
+            from shared.inference_client import SyncInferenceClient
+
+            self.redis = redis.Redis.from_url(s.redis_url)
+            self.queue = StreamQueue(self.redis, s.stream, TrajectoryGroup, group=s.consumer_group,
+                                     consumer=s.consumer)
+            client = SyncInferenceClient(s.inference_url) if s.inference_url else None
+            self.observer = Observer(self.registry, s.log_dir, s.plot_every, s.wandb_project, s.wandb_mode,
+                                     config=s.model_dump(mode="json"))
+        self.client = client
+        self.publisher = Publisher(self.eng.engine, s.weights_dir, s.finetune, client, self.redis, s.weights_stream,
+                                   s.version_key, s.keep_weights, s.served_model)
+        self.state, self.red = checkpoint.TrainState(), REDState()
+        path = checkpoint.latest(s.checkpoint_dir) if s.resume == "auto" else None
+        if path is not None:
+            self.state = checkpoint.load(self.eng.engine, path, self.eng.rank)
+            self.red = REDState.from_dict(self.state.red) if self.state.red else REDState()
+        if self.rank0:
+            self.reader = GroupReader(self.queue, self.state.covered, s.read_block_ms)
+        self._sync_server()
+        self.ready.set()
+
+    def _sync_server(self) -> None:
+        """Make the server and Redis serve exactly the weights we hold, under a version that only grows."""
+        live = self._broadcast(self.publisher.live_version() if self.rank0 else None)
+        if live is not None and live > self.state.version:
+            # Versions were published from steps whose checkpoint was lost: ours are older, so they get a new
+            # number rather than reusing one the rollouts already saw with other weights.
+            self.state.version = live + 1
+        # Equal versions: the server may have lost the weights (restart), so they are re-sent, not re-announced.
+        self._publish(announce=live != self.state.version)
+
+    # ---------------------------------------------------------------- loop
+    def run(self, stop: threading.Event | None = None) -> checkpoint.TrainState:
+        stop = stop or threading.Event()
+        s = self.s
+        while not stop.is_set() and (s.max_steps == 0 or self.state.step < s.max_steps):
+            entries = self._broadcast(self.reader.collect(s.groups_per_step, stop) if self.rank0 else None)
+            if len(entries) < s.groups_per_step:
+                break  # stopping
+            self._train_on(entries)
+        if self.unacked:  # stopping between checkpoints: make the trained groups durable, then ack them
+            self._checkpoint()
+        if self.rank0:
+            self.observer.close()
+        return self.state
+
+    def _train_on(self, entries: list[Entry[TrajectoryGroup]]) -> None:
+        s, st = self.s, self.state
+        start = time.perf_counter()
+        groups = [e.message for e in entries]
+        adv, adv_result = trajectory_advantages(groups, mode=s.role_baseline, estimator=s.advantage)
+        seqs, dropped = to_sequences(groups, adv, st.version, s.max_staleness, s.stale_policy)
+        rows = [smp for g in groups for smp in g.samples]
+        accuracy = planner_accuracy([smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
+                                    [smp.role for smp in rows], s.red_accuracy_threshold)
+        red = red_weights(self.red, self.red_cfg, accuracy) if self.sft else {}
+        sft_seqs, cursor = [], st.sft_cursor
+        if self.sft and red["red/sft_loss_weight"] > 0:
+            sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
+        out = train_step(self.eng, StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)), self.objective,
+                         self.ref, s.micro_batch_tokens, s.packing)
+        self.red.observe(out["rl_entropy"] if out["rl_tokens"] else None,
+                         out["sft_entropy"] if sft_seqs else None, self.red_cfg.ema_decay)
+        st.step += 1
+        st.tokens += int(out["tokens"])
+        st.dropped_stale += dropped
+        st.sft_cursor = cursor
+        st.red = self.red.to_dict()
+        st.trained_groups += [g.group_id for g in groups]
+        self.unacked += [e.id for e in entries]
+        publish = st.step % s.publish_every == 0
+        if publish:
+            st.version += 1
+        if st.step % s.checkpoint_every == 0:
+            self._checkpoint()
+        if publish:
+            self._publish(announce=True)
+        if self.rank0:
+            rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
+            self.observer.record(rec)
+
+    def _checkpoint(self) -> None:
+        self.state.covered = list(self.unacked)
+        checkpoint.save(self.eng.engine, self.state, self.s.checkpoint_dir, self.s.keep_checkpoints,
+                        self.eng.rank, self.eng.world)
+        faults.point("before_ack")
+        if self.rank0 and self.unacked:
+            self.queue.ack(*self.unacked)
+        self.unacked = []
+        faults.point("before_publish")
+
+    def _publish(self, announce: bool) -> None:
+        self.last_publish = self.publisher.publish(self.state.version, self.state.step, announce=announce)
+        if self.rank0 and self.last_publish is not None:
+            self.observer.published(self.state.version, self.last_publish.publish_seconds)
+
+    def _record(self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int,
+                seconds: float) -> dict[str, float]:
+        rewards = [smp.reward for g in groups for smp in g.samples]
+        components: dict[str, list[float]] = {}
+        for g in groups:
+            for smp in g.samples:
+                for k, v in smp.reward_components.items():
+                    components.setdefault(f"reward/{k}", []).append(v)
+        stats = self.queue.stats()
+        lags = [max(0, self.state.version - g.policy_version) for g in groups]
+        rec = {**finish(out), **red, **{k: float(np.mean(v)) for k, v in components.items()}}
+        rec.update(step=self.state.step, version=self.state.version, step_seconds=seconds,
+                   tokens_per_second=out["tokens"] / max(out["seconds"], 1e-9), reward_mean=float(np.mean(rewards)),
+                   reward_std=float(np.std(rewards)), groups=len(groups), zero_variance_groups=zero_var,
+                   dropped_stale=self.state.dropped_stale, dropped_stale_step=dropped, staleness_max=max(lags),
+                   queue_lag=stats.lag, queue_pending=stats.pending, total_tokens=self.state.tokens)
+        if self.last_publish is not None and self.last_publish.step == self.state.step:
+            rec["publish_seconds"] = self.last_publish.publish_seconds
+        return rec
+
+    def _broadcast(self, obj):
+        if self.eng.world == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]

@@ -1,0 +1,125 @@
+"""What the trainer reports: Prometheus gauges, a JSONL log line per step, wandb, and PNG plots.
+
+One ``Observer`` takes each step's record (a flat ``{name: number}`` dict) and fans it out. The JSONL log is
+append-only; after a resume, lines of steps past the checkpoint are superseded by the retrained ones (the
+plots read the last line of each step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from shared.log import get_logger
+from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
+
+log = get_logger(__name__)
+
+# Prometheus name (without the prefix) → record key.
+GAUGES = {
+    "step": "step", "step_seconds": "step_seconds", "tokens_per_second": "tokens_per_second",
+    "loss": "loss", "pg_loss": "pg_loss", "kl": "kl", "entropy": "rl_entropy", "sft_loss": "sft_loss",
+    "clip_fraction": "clip_fraction", "is_weight_mean": "is_weight_mean", "is_ess": "is_ess",
+    "is_seq_masked_fraction": "is_seq_masked_fraction", "mismatch_kl": "mismatch_kl_k3",
+    "staleness_mean": "lag_mean", "staleness_max": "staleness_max", "dropped_stale_total": "dropped_stale",
+    "red_weight": "red/final_weight", "red_entropy_weight": "red/entropy_weight",
+    "red_accuracy_factor": "red/accuracy_factor", "red_sft_weight": "red/sft_loss_weight",
+    "reward_mean": "reward_mean", "grad_norm": "grad_norm", "lr": "lr", "queue_lag": "queue_lag",
+    "queue_pending": "queue_pending", "weight_sync_seconds": "publish_seconds", "sync_max_abs_diff": "sync_max_abs_diff",
+}
+PLOTTED = ("reward_mean", "loss", "pg_loss", "kl", "rl_entropy", "sft_loss", "red/final_weight", "clip_fraction",
+           "tokens_per_second")
+
+
+class Observer:
+    def __init__(self, registry: CollectorRegistry | None, log_dir: str, plot_every: int = 10,
+                 wandb_project: str | None = None, wandb_mode: str = "offline", config: dict | None = None) -> None:
+        self.dir = Path(log_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.dir / "train.jsonl"
+        self.plot_every = plot_every
+        self.gauges: dict[str, Gauge] = {}
+        self.version = self.publish_hist = None
+        if registry is not None:
+            self.gauges = {k: Gauge(f"coda_trainer_{k}", f"Trainer {k.replace('_', ' ')} (last step)",
+                                    registry=registry) for k in GAUGES}
+            self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
+            self.publish_hist = Histogram("coda_trainer_weight_sync_seconds_hist", "Weight publish latency",
+                                          buckets=LATENCY_BUCKETS, registry=registry)
+        self.run = None
+        if wandb_project:
+            os.environ.setdefault("WANDB_MODE", wandb_mode)
+            os.environ.setdefault("WANDB_DIR", str(self.dir))
+            import wandb
+
+            self.run = wandb.init(project=wandb_project, config=config or {}, dir=str(self.dir), resume="allow")
+
+    def record(self, rec: dict[str, float]) -> None:
+        """Export one step's record everywhere."""
+        rec = {k: v for k, v in rec.items() if isinstance(v, int | float) and not math.isnan(v)}
+        rec["time"] = time.time()
+        with open(self.jsonl, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        for name, key in GAUGES.items():
+            if key in rec and name in self.gauges:
+                self.gauges[name].set(rec[key])
+        if self.run is not None:
+            self.run.log({k: v for k, v in rec.items() if k != "step"}, step=int(rec.get("step", 0)))
+        if int(rec.get("step", 0)) % self.plot_every == 0:
+            self.plot()
+
+    def published(self, version: int, seconds: float) -> None:
+        if self.version is not None:
+            self.version.set(version)
+            self.publish_hist.observe(seconds)
+
+    def history(self) -> dict[int, dict[str, float]]:
+        """Last record per step from the JSONL log."""
+        out: dict[int, dict[str, float]] = {}
+        if self.jsonl.is_file():
+            for line in self.jsonl.read_text().splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    out[int(rec.get("step", 0))] = rec
+        return out
+
+    def plot(self) -> Path | None:
+        """Redraw ``losses.png`` (loss terms) and ``rewards.png`` (reward components) from the log."""
+        hist = self.history()
+        if not hist:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps = sorted(hist)
+        reward_keys = sorted({k for r in hist.values() for k in r if k.startswith("reward/")})
+        for name, keys in (("losses", [k for k in PLOTTED if any(k in r for r in hist.values())]),
+                           ("rewards", ["reward_mean", *reward_keys])):
+            keys = [k for k in keys if any(k in r for r in hist.values())]
+            if not keys:
+                continue
+            fig, axes = plt.subplots(len(keys), 1, figsize=(7, 1.8 * len(keys)), sharex=True, squeeze=False)
+            for ax, key in zip(axes[:, 0], keys, strict=True):
+                xs = [s for s in steps if key in hist[s]]
+                ax.plot(xs, [hist[s][key] for s in xs], lw=1.2)
+                ax.set_ylabel(key, fontsize=8)
+                ax.grid(alpha=0.3)
+            axes[-1, 0].set_xlabel("optimizer step")
+            fig.tight_layout()
+            tmp = self.dir / f".{name}.png"
+            fig.savefig(tmp, dpi=80)
+            plt.close(fig)
+            os.replace(tmp, self.dir / f"{name}.png")
+        return self.dir / "losses.png"
+
+    def close(self) -> None:
+        self.plot()
+        if self.run is not None:
+            self.run.finish()

@@ -1,0 +1,137 @@
+"""Weight publishing: write the policy's weights atomically, make the inference server load them, announce.
+
+LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}`` and loaded with ``POST /v1/load_lora_adapter``
+under the name ``policy-v{N}``; adapters older than the keep window are unloaded and deleted.
+Full: the model is written as safetensors to ``<weights_dir>/v{N}`` and the server reloads it through the
+full-reload route (``POST /collective_rpc`` → ``update_weights_from_path``).
+Then ``policy:version`` is set to N and a ``WeightUpdate`` goes on the ``weights`` stream.
+
+Every folder is written under a ``.tmp`` name and renamed when complete, so a reader (or a crash) never
+sees a half-written version. Under ZeRO-3 the parameters are gathered collectively; only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from shared.inference_client import InferenceError, SyncInferenceClient
+from shared.log import get_logger
+from shared.protocol import WeightUpdate
+from shared.stream import encode
+
+log = get_logger(__name__)
+
+_VERSIONED = re.compile(r"^(?:policy-)?v(\d+)$")
+
+
+def model_name(version: int) -> str:
+    return f"policy-v{version}"
+
+
+def _full_state_dict(engine) -> dict[str, torch.Tensor] | None:
+    """The full model state dict on rank 0 (None elsewhere); gathers ZeRO-3 shards collectively."""
+    if engine.zero_optimization_stage() == 3:
+        return engine._zero3_consolidated_16bit_state_dict()
+    return engine.module.lm.state_dict() if torch.distributed.get_rank() == 0 else None
+
+
+def write_weights(engine, root: Path, version: int, kind: str) -> Path | None:
+    """Write version ``version`` under ``root`` (collective); returns the folder on rank 0, else None."""
+    lm = engine.module.lm
+    state = None if kind == "lora" else _full_state_dict(engine)
+    if torch.distributed.get_rank() != 0:
+        return None
+    name = model_name(version) if kind == "lora" else f"v{version}"
+    final, tmp = root / name, root / f"{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if kind == "lora":
+        lm.save_pretrained(tmp, safe_serialization=True)
+    else:
+        # The module is the transformers model (prefix-free keys); its config travels along for vLLM loaders.
+        state = {k.removeprefix("lm."): v for k, v in state.items()}
+        lm.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
+
+
+class Publisher:
+    """Pushes versions to one inference server and to Redis; rank 0 only (ranks > 0 just join the gather)."""
+
+    def __init__(self, engine, weights_dir: str, kind: str, client: SyncInferenceClient | None, redis,
+                 weights_stream: str, version_key: str, keep: int, served_model: str = "policy") -> None:
+        self.engine = engine
+        self.root = Path(weights_dir)
+        self.kind = kind
+        self.client = client
+        self.redis = redis
+        self.version_key = version_key
+        self.keep = keep
+        self.served_model = served_model
+        self.weights_stream = weights_stream
+
+    def live_version(self) -> int | None:
+        """The version Redis says is live (None when never published)."""
+        if self.redis is None:
+            return None
+        raw = self.redis.get(self.version_key)
+        return None if raw is None else int(raw)
+
+    def publish(self, version: int, step: int, announce: bool = True) -> WeightUpdate | None:
+        """Write, load and (``announce``) announce ``version``; returns the event on rank 0, else None.
+
+        ``announce=False`` re-sends weights the server may have lost (a restart) under a version Redis
+        already holds: no version bump, no new event.
+        """
+        start = time.perf_counter()
+        path = write_weights(self.engine, self.root, version, self.kind)
+        if path is None:
+            return None
+        name = model_name(version)
+        if self.client is not None:
+            if self.kind == "lora":
+                self._load_adapter(name, path, replace=not announce)
+            else:
+                self.client.reload_weights(str(path.resolve()), version)
+        seconds = time.perf_counter() - start
+        event = WeightUpdate(version=version, kind=self.kind, model_name=name if self.kind == "lora" else self.served_model,
+                             path=str(path.resolve()), step=step, created_at=time.time(), publish_seconds=seconds)
+        if self.redis is not None and announce:
+            # One transaction: a crash can never leave the version key and the event stream disagreeing.
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.set(self.version_key, version)
+            pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
+            pipe.execute()
+        self._prune(version)
+        log.info("weights published", extra={"version": version, "kind": self.kind, "seconds": round(seconds, 3)})
+        return event
+
+    def _load_adapter(self, name: str, path: Path, replace: bool) -> None:
+        if replace:  # the server may still hold an adapter of this name from before our restart
+            with contextlib.suppress(InferenceError):
+                self.client.unload_lora(name)
+        self.client.load_lora(name, str(path.resolve()))
+
+    def _prune(self, version: int) -> None:
+        """Unload adapters and delete folders of versions that fell out of the keep window."""
+        for folder in self.root.iterdir() if self.root.is_dir() else []:
+            m = _VERSIONED.match(folder.name)
+            if not m or int(m.group(1)) > version - self.keep:
+                continue
+            if self.kind == "lora" and self.client is not None:
+                try:
+                    self.client.unload_lora(model_name(int(m.group(1))))
+                except InferenceError as exc:  # already unloaded (e.g. the server restarted): nothing to free
+                    log.info("adapter not unloaded", extra={"name": folder.name, "reason": str(exc)[:200]})
+            shutil.rmtree(folder, ignore_errors=True)

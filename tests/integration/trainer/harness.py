@@ -1,0 +1,76 @@
+"""Helpers for the trainer's integration tests: a tiny model folder, random groups, a trainer subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from shared.protocol import Sample, TrajectoryGroup
+
+REPO = Path(__file__).resolve().parents[3]
+VOCAB = 64
+
+
+def save_tiny_model(path: Path) -> Path:
+    from tests.unit.trainer.tiny import tiny_qwen2
+
+    tiny_qwen2(vocab=VOCAB).save_pretrained(path)
+    return path
+
+
+def random_group(rng: random.Random, index: int, version: int = 0) -> TrajectoryGroup:
+    samples = []
+    for j in range(rng.randrange(2, 5)):
+        prompt, gen = rng.randrange(2, 8), rng.randrange(2, 12)
+        n = prompt + gen
+        samples.append(Sample(sample_id=f"s{j}", token_ids=[rng.randrange(VOCAB) for _ in range(n)],
+                              prompt_len=prompt, loss_mask=[0] * prompt + [1] * gen,
+                              logprobs=[0.0] * prompt + [-4.0] * gen, versions=[-1] * prompt + [version] * gen,
+                              reward=rng.random(), reward_components={"f1": rng.random()}))
+    return TrajectoryGroup(group_id=f"g{index:04d}", prompt_id=f"p{index}", recipe="test", policy_version=version,
+                           samples=samples, created_at=time.time())
+
+
+def sft_file(path: Path, rng: random.Random, n: int = 6) -> Path:
+    rows = []
+    for _ in range(n):
+        ids = [rng.randrange(VOCAB) for _ in range(rng.randrange(6, 14))]
+        rows.append({"token_ids": ids, "loss_mask": [0] * 3 + [1] * (len(ids) - 3)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def trainer_env(**faults: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODA_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **faults)
+    return env
+
+
+def start_trainer(args: list[str], log: Path, **env: str) -> subprocess.Popen:
+    with open(log, "ab") as fh:
+        return subprocess.Popen([sys.executable, "-m", "services.trainer", "train", *args], cwd=REPO,
+                                stdout=fh, stderr=subprocess.STDOUT, env=trainer_env(**env))
+
+
+def checkpoint_state(root: Path) -> dict:
+    from services.trainer import checkpoint
+
+    return json.loads((checkpoint.latest(root) / "state.json").read_text())
+
+
+def optimizer_steps(root: Path) -> tuple[int, int]:
+    """(DeepSpeed global_steps, AdamW step count) stored in the latest checkpoint."""
+    from services.trainer import checkpoint
+
+    folder = checkpoint.latest(root) / checkpoint.DS_TAG
+    states = torch.load(next(folder.glob("*model_states.pt")), weights_only=False)
+    adam = states["optimizer"]["state"]
+    return int(states["global_steps"]), int(next(iter(adam.values()))["step"])
