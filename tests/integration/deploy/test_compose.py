@@ -1,0 +1,285 @@
+"""docker-compose.yml without a Docker engine: the compose-spec schema, then what the schema cannot see —
+references, profiles, volumes, variables, env vars against the settings classes, ports, healthchecks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.deploy.project import (
+    ROOT,
+    SERVICES,
+    compose,
+    container_ports,
+    dockerfile,
+    dockerfile_instructions,
+    env_example,
+    env_prefix,
+    raw_compose,
+    service_environment,
+    settings_class,
+    variables,
+    walk_strings,
+)
+
+CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
+# The profile sets we ship: GPU host, GPU host with a separate searcher model, laptop.
+PROFILE_SETS = ({"gpu"}, {"gpu", "searcher-llm"}, {"cpu"})
+URL = re.compile(r"^(?:https?|redis)://(?:[^@/]*@)?([a-z0-9-]+):(\d+)")
+
+
+def _validate(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _active(services: dict, profiles: set[str]) -> dict:
+    return {name: s for name, s in services.items() if not s.get("profiles") or set(s["profiles"]) & profiles}
+
+
+def _hostnames(name: str, service: dict) -> set[str]:
+    names = {name}
+    for net in (service.get("networks") or {}).values():
+        names.update((net or {}).get("aliases", []))
+    return names
+
+
+def _built_from(service: dict) -> str | None:
+    """The service folder whose Dockerfile builds this image (None for upstream images)."""
+    build = service.get("build")
+    return build["dockerfile"].removeprefix("Dockerfile.") if build else None
+
+
+def _port_of(name: str, service: dict) -> int | None:
+    """The port a service listens on: its settings default (None: class not written yet), or vLLM's --port."""
+    folder = _built_from(service)
+    if folder:
+        cls = settings_class(folder)
+        return None if cls is None else cls.model_fields["port"].default
+    flags = [a for a in service.get("command", []) if isinstance(a, str) and a.startswith("--port=")]
+    return int(flags[0].split("=", 1)[1]) if flags else container_ports(service)[0]
+
+
+def test_compose_file_passes_the_compose_spec_schema(tmp_path):
+    raw = _validate(ROOT / "docker-compose.yml")
+    assert raw.returncode == 0, raw.stdout + raw.stderr
+    # Compose validates after interpolation too: check the file as a user's .env.example renders it.
+    rendered = tmp_path / "rendered.yml"
+    rendered.write_text(yaml.safe_dump(compose()))
+    result = _validate(rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_schema_check_rejects_a_broken_file(tmp_path):
+    """The validator is not a rubber stamp: a misspelt key and a wrong type fail."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text("services:\n  redis:\n    image: redis\n    depnds_on: [x]\n    ports: '6379:6379'\n")
+    result = _validate(bad)
+    assert result.returncode == 1 and "depnds_on" in result.stdout
+
+
+def test_every_variable_has_a_default_or_a_message_and_required_ones_are_documented():
+    documented = env_example()
+    used = set()
+    for text in walk_strings(raw_compose()):
+        for name, op, arg in variables(text):
+            used.add(name)
+            assert op is not None, f"${{{name}}} has neither a default nor an error message"
+            if "?" in op:
+                assert arg.strip(), f"${{{name}:?}} needs a message that says what to set"
+                assert name in documented, f"required variable {name} is missing from .env.example"
+    stale = set(documented) - used
+    assert not stale, f".env.example documents variables compose never reads: {sorted(stale)}"
+    with pytest.raises(KeyError, match="REDIS_PASSWORD"):
+        compose({})  # no .env at all: a clear error, not an empty password
+
+
+def test_depends_on_targets_exist_wait_for_health_and_respect_profiles():
+    services = compose()["services"]
+    for name, service in services.items():
+        deps = service.get("depends_on", {})
+        assert isinstance(deps, dict), f"{name}: use the long depends_on form with a condition"
+        for target, spec in deps.items():
+            assert target in services, f"{name} depends on undefined service {target}"
+            condition = spec.get("condition")
+            if condition == "service_completed_successfully":
+                assert services[target].get("restart") == "no", f"{target} is a one-shot: restart 'no'"
+            else:
+                assert condition == "service_healthy", f"{name} → {target}: condition {condition!r}"
+                assert _has_healthcheck(services[target]), f"{name} waits for {target}, which has no healthcheck"
+            mine, theirs = set(service.get("profiles", [])), set(services[target].get("profiles", []))
+            if theirs and not (mine and mine <= theirs):
+                assert spec.get("required") is False, (
+                    f"{name} depends on {target} (profiles {sorted(theirs)}): mark it required: false")
+
+
+# (ids avoid the word "gpu": the conftest skips items carrying that keyword on machines without CUDA)
+@pytest.mark.parametrize("profiles", PROFILE_SETS, ids=("vllm", "vllm+searcher-llm", "laptop"))
+def test_each_profile_set_is_complete_and_every_url_reaches_a_running_service(profiles):
+    services = _active(compose()["services"], profiles)
+    hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
+    assert "policy" in hosts and "trainer" in hosts, f"profiles {profiles} start no policy or no trainer"
+    for name, service in services.items():
+        for target, spec in service.get("depends_on", {}).items():
+            if spec.get("required", True):
+                assert target in services, f"{name} needs {target}, which profiles {profiles} do not start"
+        for key, value in service_environment(service).items():
+            match = URL.match(value)
+            if not match:
+                continue
+            host, port = match.group(1), int(match.group(2))
+            assert host in hosts, f"{name}.{key}={value}: no service {host} under profiles {profiles}"
+            target = hosts[host]
+            if target != "redis" and _port_of(target, services[target]) is not None:
+                assert port == _port_of(target, services[target]), f"{name}.{key}: {target} listens elsewhere"
+
+
+def _has_healthcheck(service: dict) -> bool:
+    check = service.get("healthcheck")
+    if check is not None:
+        return not check.get("disable", False)
+    folder = _built_from(service)
+    return bool(folder) and any(i == "HEALTHCHECK" for i, _ in dockerfile_instructions(dockerfile(folder)))
+
+
+def test_every_long_running_service_has_a_healthcheck():
+    for name, service in compose()["services"].items():
+        if service.get("restart") == "no":  # one-shot jobs: they exit, nothing to poll
+            continue
+        assert _has_healthcheck(service), f"{name} has no healthcheck"
+        check = service.get("healthcheck")
+        if check:
+            assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_volumes_are_declared_used_and_bind_sources_exist():
+    spec = compose()
+    declared = set(spec.get("volumes", {}))
+    used = set()
+    for name, service in spec["services"].items():
+        for mount in service.get("volumes", []):
+            source = mount.split(":", 1)[0]
+            if source.startswith((".", "/")):
+                assert (ROOT / source).exists(), f"{name} mounts {source}, which is not in the repository"
+            else:
+                assert source in declared, f"{name} uses undeclared volume {source}"
+                used.add(source)
+    assert declared == used, f"declared but unused volumes: {sorted(declared - used)}"
+    for needed in ("indexes", "weights", "checkpoints", "redis-data"):
+        assert needed in declared
+
+
+def test_weights_are_seen_at_the_same_path_by_the_trainer_and_the_policy():
+    """The trainer sends the policy absolute paths of what it wrote: both mount the volume at that path,
+    and the CPU server accepts paths under it."""
+    services = compose()["services"]
+    for trainer, policy in (("trainer", "policy"), ("trainer-cpu", "policy-cpu")):
+        weights_dir = service_environment(services[trainer])["CODA_TRAINER_WEIGHTS_DIR"]
+        assert weights_dir.startswith("/")
+        assert f"weights:{weights_dir}" in services[trainer]["volumes"]
+        assert f"weights:{weights_dir}:ro" in services[policy]["volumes"]
+        checkpoints = service_environment(services[trainer])["CODA_TRAINER_CHECKPOINT_DIR"]
+        assert f"checkpoints:{checkpoints}" in services[trainer]["volumes"]
+    assert service_environment(services["policy-cpu"])["CODA_INFERENCE_WEIGHTS_ROOT"] == weights_dir
+
+
+def test_volume_mount_points_exist_in_our_images_owned_by_the_service_user():
+    """A fresh named volume takes the owner of its mount point in the image: those folders must be
+    created (and chowned) by the Dockerfile, or the non-root service cannot write to its volume."""
+    for name, service in compose()["services"].items():
+        folder = _built_from(service)
+        if not folder:
+            continue
+        text = " ".join(args for ins, args in dockerfile_instructions(dockerfile(folder)) if ins == "RUN")
+        for mount in service.get("volumes", []):
+            source, target = mount.split(":")[:2]
+            if source.startswith((".", "/")) or mount.endswith(":ro"):
+                continue
+            assert target in text.split(), f"{name}: {target} is not created in Dockerfile.{folder}"
+
+
+def test_every_service_gets_the_same_recipe_and_it_exists():
+    env = env_example()
+    for name, service in compose(env)["services"].items():
+        if _built_from(service) and service.get("restart") != "no":
+            recipe = service_environment(service).get("CODA_RECIPE")
+            assert recipe == f"/app/configs/{env['RECIPE']}.toml", f"{name}: CODA_RECIPE={recipe}"
+            assert "./configs:/app/configs:ro" in service["volumes"], f"{name} does not mount the recipes"
+    defaults = {interpolate_default(t) for t in walk_strings(raw_compose()) if "${RECIPE" in t}
+    for recipe in defaults | {env["RECIPE"], "tiny-cpu"}:
+        assert (ROOT / "configs" / f"{recipe}.toml").is_file(), f"configs/{recipe}.toml does not exist"
+
+
+def interpolate_default(text: str) -> str:
+    return next(arg for name, _, arg in variables(text) if name == "RECIPE")
+
+
+def test_coda_env_vars_name_real_settings_fields(monkeypatch):
+    """CODA_<SERVICE>_<FIELD>: the prefix is a service's, the field exists, and the value validates."""
+    classes = {env_prefix(cls): cls for s in SERVICES if (cls := settings_class(s))}
+    missing = [s for s in SERVICES if settings_class(s) is None]
+    checked = 0
+    for name, service in compose()["services"].items():
+        env = service_environment(service)
+        by_class: dict[type, dict[str, str]] = {}
+        for key, value in env.items():
+            if not key.startswith("CODA_") or key in ("CODA_RECIPE", "CODA_LOG_FORMAT", "CODA_LOG_LEVEL"):
+                continue
+            prefix = next((p for p in classes if key.startswith(p)), None)
+            if prefix is None:
+                service_name = key.split("_")[1].lower()
+                assert service_name in missing, f"{name}: {key} matches no service's env prefix"
+                continue
+            field = key[len(prefix):].lower().split("__", 1)[0]
+            assert field in classes[prefix].model_fields, f"{name}: {key} is not a field of {classes[prefix]}"
+            by_class.setdefault(classes[prefix], {})[key] = value
+        for cls, values in by_class.items():
+            monkeypatch.delenv("CODA_RECIPE", raising=False)
+            for key, value in values.items():
+                monkeypatch.setenv(key, value)
+            cls.load()  # raises on a value of the wrong type
+            for key in values:
+                monkeypatch.delenv(key)
+            checked += len(values)
+    assert checked >= 10
+    if missing:
+        pytest.skip(f"settings classes not written yet, their env vars unchecked: {missing}")
+
+
+def test_ports_agree_with_the_settings_classes():
+    services, missing = compose()["services"], []
+    for name, service in services.items():
+        folder = _built_from(service)
+        if not folder or service.get("restart") == "no":
+            continue
+        port = _port_of(name, service)
+        if port is None:
+            missing.append(name)
+            continue
+        assert container_ports(service) == [port], f"{name} publishes {container_ports(service)}, listens on {port}"
+    # vLLM takes the CPU server's place under the same URL, so it listens on the inference port.
+    assert _port_of("policy", services["policy"]) == settings_class("inference").model_fields["port"].default
+    assert container_ports(services["policy"]) == container_ports(services["policy-cpu"])
+    if missing:
+        pytest.skip(f"settings classes not written yet, ports unchecked: {missing}")
+
+
+def test_prometheus_scrapes_every_service_where_it_listens():
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    targets = {t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    services = compose()["services"]
+    hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
+    for target in targets - {"localhost:9090"}:
+        host, port = target.split(":")
+        assert host in hosts, f"Prometheus scrapes {host}, which compose does not define"
+        expected = _port_of(hosts[host], services[hosts[host]])
+        assert expected is None or int(port) == expected, target
+    for name, service in services.items():
+        if _built_from(service) and service.get("restart") != "no":
+            assert any(t.split(":")[0] in _hostnames(name, service) for t in targets), (
+                f"Prometheus does not scrape {name}")
