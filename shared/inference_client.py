@@ -11,7 +11,8 @@ the sampled tokens' logprobs, ``finish_reason`` and ``stop_reason`` exactly as v
 Generated ids come from vLLM's ``token_ids`` (``return_token_ids``); servers too old for that still give
 them through ``return_tokens_as_token_ids`` ("token_id:N" strings), which we parse as the fallback.
 Logprobs are those of the sampled tokens (``logprobs=0``). Weight management: ``load_lora``,
-``unload_lora``, ``reload_weights`` (``POST /collective_rpc`` → ``update_weights_from_path``).
+``unload_lora``, ``reload_weights`` (``/pause?mode=wait`` → ``POST /collective_rpc`` calling
+``update_weights_from_path`` → ``/reset_prefix_cache`` → ``/resume``).
 
 Transient failures (5xx, 429, timeouts, refused connections) are retried with backoff (``shared.retry``);
 a 4xx raises ``InferenceError`` at once with the server's message. ``SyncInferenceClient`` is the same
@@ -200,10 +201,41 @@ class InferenceClient:
     async def unload_lora(self, name: str) -> str:
         return (await self._call("POST", "/v1/unload_lora_adapter", json=_lora_body(name))).text
 
-    async def reload_weights(self, path: str, version: int | None = None) -> list[Any]:
-        """Full-weight reload from a safetensors dir (vLLM: needs VLLM_SERVER_DEV_MODE=1 + our extension)."""
-        response = await self._call("POST", "/collective_rpc", json=_reload_body(path, version))
+    async def reload_weights(self, path: str, version: int | None = None, *, pause: bool = True) -> list[Any]:
+        """Full-weight reload from a safetensors dir (vLLM: VLLM_SERVER_DEV_MODE=1 + our worker extension).
+
+        With ``pause`` the server first finishes in-flight requests and admits no new ones
+        (``/pause?mode=wait``), so no completion mixes two weight versions; then the RPC, a prefix-cache
+        reset (old KV is stale) and ``/resume``. Servers without ``/pause`` reload without it.
+        """
+        paused = pause and await self.pause()
+        try:
+            response = await self._call("POST", "/collective_rpc", json=_reload_body(path, version))
+            await self.reset_prefix_cache()
+        finally:
+            if paused:
+                await self.resume()
         return CollectiveRpcResponse.model_validate(response.json() if response.content else {}).results
+
+    async def pause(self) -> bool:
+        """``POST /pause?mode=wait``; False when the server has no such route (older vLLM)."""
+        try:
+            await self._call("POST", "/pause", params={"mode": "wait"})
+        except InferenceError as exc:
+            if exc.status_code in (404, 405):
+                return False
+            raise
+        return True
+
+    async def resume(self) -> None:
+        await self._call("POST", "/resume")
+
+    async def reset_prefix_cache(self) -> None:
+        try:
+            await self._call("POST", "/reset_prefix_cache")
+        except InferenceError as exc:
+            if exc.status_code not in (404, 405):
+                raise
 
     async def models(self) -> list[ModelCard]:
         return ModelList.model_validate((await self._call("GET", "/v1/models")).json()).data
@@ -264,9 +296,34 @@ class SyncInferenceClient:
     def unload_lora(self, name: str) -> str:
         return self._call("POST", "/v1/unload_lora_adapter", json=_lora_body(name)).text
 
-    def reload_weights(self, path: str, version: int | None = None) -> list[Any]:
-        response = self._call("POST", "/collective_rpc", json=_reload_body(path, version))
+    def reload_weights(self, path: str, version: int | None = None, *, pause: bool = True) -> list[Any]:
+        paused = pause and self.pause()
+        try:
+            response = self._call("POST", "/collective_rpc", json=_reload_body(path, version))
+            self.reset_prefix_cache()
+        finally:
+            if paused:
+                self.resume()
         return CollectiveRpcResponse.model_validate(response.json() if response.content else {}).results
+
+    def pause(self) -> bool:
+        try:
+            self._call("POST", "/pause", params={"mode": "wait"})
+        except InferenceError as exc:
+            if exc.status_code in (404, 405):
+                return False
+            raise
+        return True
+
+    def resume(self) -> None:
+        self._call("POST", "/resume")
+
+    def reset_prefix_cache(self) -> None:
+        try:
+            self._call("POST", "/reset_prefix_cache")
+        except InferenceError as exc:
+            if exc.status_code not in (404, 405):
+                raise
 
     def models(self) -> list[ModelCard]:
         return ModelList.model_validate(self._call("GET", "/v1/models").json()).data

@@ -12,7 +12,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from services.inference.completions import RequestError, build_request, build_response
@@ -93,7 +93,7 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
 
     def engine_alive() -> str:
         server: Server = app.state.server
-        if not server.engine._thread.is_alive():
+        if not server.engine.alive:
             raise RuntimeError("engine thread is not running")
         return f"running={server.engine.num_running} waiting={server.engine.num_waiting}"
 
@@ -170,6 +170,36 @@ def _add_routes(app: FastAPI) -> None:
             server.adapter_paths.pop(name, None)
             server.metrics.adapters.set(len(server.runner.adapters))
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    @app.post("/pause", tags=["vllm"], summary="vLLM dev-mode pause: finish in-flight requests, admit none")
+    async def pause(mode: str = Query("abort")) -> JSONResponse:
+        server: Server = app.state.server
+        if mode != "wait":
+            raise ApiError(f"pause mode {mode!r} is not supported by this server; use mode=wait", 400)
+
+        def set_paused() -> None:
+            server.engine.paused = True
+
+        await server.run_op(set_paused, server.engine.idle)
+        return JSONResponse({"status": "paused"})
+
+    @app.post("/resume", tags=["vllm"], summary="vLLM dev-mode resume after /pause")
+    async def resume() -> JSONResponse:
+        server: Server = app.state.server
+
+        def set_running() -> None:
+            server.engine.paused = False
+
+        await server.run_op(set_running)
+        return JSONResponse({"status": "resumed"})
+
+    @app.get("/is_paused", tags=["vllm"], summary="Whether admission is paused")
+    async def is_paused() -> JSONResponse:
+        return JSONResponse({"is_paused": app.state.server.engine.paused})
+
+    @app.post("/reset_prefix_cache", tags=["vllm"], summary="No-op here: this server keeps no prefix cache")
+    async def reset_prefix_cache() -> JSONResponse:
+        return JSONResponse({})
 
     @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path")
     async def collective_rpc(body: CollectiveRpcRequest) -> JSONResponse:

@@ -86,6 +86,7 @@ class Engine:
         self.waiting: deque[GenerationRequest] = deque()
         self.ops: deque[_Op] = deque()
         self.generator = torch.Generator().manual_seed(seed)
+        self.paused = False  # vLLM's /pause?mode=wait: no admission until /resume
         self._wake = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="inference-engine", daemon=True)
@@ -117,6 +118,10 @@ class Engine:
             self._wake.notify_all()
         return op.future
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def idle(self) -> bool:
         """No sequence is being decoded (engine thread: the moment a full reload may swap weights)."""
         return not self.running
@@ -137,13 +142,13 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self._wake:
-                while not self._stopped and not self.running and not self.waiting and not self.ops:
+                while not (self._stopped or self.running or self.ops or (self.waiting and not self.paused)):
                     self._wake.wait()
                 if self._stopped:
                     break
             try:
                 blocked = self._run_ops()
-                if not blocked:
+                if not blocked and not self.paused:
                     self._admit()
                 if self.running:
                     self._step()

@@ -160,7 +160,7 @@ async def test_reload_waits_for_in_flight_requests(server_url, client, reference
         long = asyncio.create_task(llm.complete("policy", PROMPT, max_tokens=400, seed=1, ignore_eos=True))
         await asyncio.sleep(0.2)
         assert not long.done()  # still decoding when the reload arrives: the reload must wait for it
-        reload = asyncio.create_task(llm.reload_weights(str(path)))
+        reload = asyncio.create_task(llm.reload_weights(str(path), pause=False))  # the server's own drain
         old, results = await long, await reload
         new = await llm.complete("policy", PROMPT, max_tokens=8, seed=1, ignore_eos=True)
         await llm.reload_weights(str(tiny_model))
@@ -194,3 +194,19 @@ def test_reload_errors_change_nothing(client, weights_root, tmp_path, tiny_model
         r = httpx.post(f"{client.base_url}/collective_rpc", json=body, timeout=30)
         assert r.status_code == status and needle in r.json()["error"]["message"], (body, r.text)
     assert client.complete("policy", PROMPT, max_tokens=1).weight_version == version
+
+
+async def test_pause_waits_for_in_flight_and_holds_new_requests_until_resume(server_url):
+    async with InferenceClient(server_url) as llm:
+        running = asyncio.create_task(llm.complete("policy", PROMPT, max_tokens=300, ignore_eos=True))
+        await asyncio.sleep(0.1)
+        assert await llm.pause()
+        assert running.done()  # pause(mode=wait) returned only after the in-flight request finished
+        held = asyncio.create_task(llm.complete("policy", PROMPT, max_tokens=2))
+        await asyncio.sleep(0.3)
+        assert not held.done()
+        assert httpx.get(f"{server_url}/is_paused").json() == {"is_paused": True}
+        await llm.resume()
+        assert len((await held).choices[0].token_ids) == 2
+    r = httpx.post(f"{server_url}/pause", params={"mode": "keep"})
+    assert r.status_code == 400 and "mode=wait" in r.text
