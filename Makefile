@@ -10,7 +10,7 @@ EXTRAS ?= all
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup test test-fast train lint format clean
+.PHONY: help setup test test-fast train lint format clean up down logs index bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,37 @@ test-fast: setup  ## unit tests only
 
 train: setup  ## the embedded default: local services, tiny model, bundled data
 	@echo "make train: the local stack is not assembled yet (see the open issues); nothing to run." >&2; exit 2
+
+# ---------------------------------------------------------------- docker compose (GPU hosts; PROFILE=cpu on a laptop)
+PROFILE ?= gpu
+UP_RECIPE = $(or $(RECIPE),$(if $(filter cpu,$(PROFILE)),tiny-cpu))
+COMPOSE := docker compose
+
+.env:  # compose's variables: .env.example with fresh random passwords (never committed)
+	@sed -e "s/^REDIS_PASSWORD=.*/REDIS_PASSWORD=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(16))')/" \
+	     -e "s/^GRAFANA_PASSWORD=.*/GRAFANA_PASSWORD=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(12))')/" \
+	     .env.example > .env && chmod 600 .env && echo ">> wrote .env (passwords in it; edit RECIPE/POLICY_MODEL there)"
+
+up: .env  ## start the stack with docker compose (PROFILE=gpu|cpu, RECIPE=name of a configs/ recipe)
+	$(if $(UP_RECIPE),RECIPE=$(UP_RECIPE) )$(COMPOSE) --profile $(PROFILE) up -d --build
+	@echo ">> Grafana: http://localhost:3000 (admin / GRAFANA_PASSWORD in .env); make logs; make down"
+
+down:  ## stop the compose stack (every profile; volumes are kept)
+	$(COMPOSE) --profile gpu --profile cpu --profile searcher-llm down
+
+logs:  ## follow the compose logs (SERVICE=name for one service)
+	$(COMPOSE) --profile gpu --profile cpu --profile searcher-llm logs -f --tail=200 $(SERVICE)
+
+# ---------------------------------------------------------------- indexes and benchmarks
+CORPUS ?= data/hotpotqa/corpus.jsonl
+OUT ?= runs/index/hotpotqa
+INDEX_ARGS ?= $(if $(filter data/hotpotqa/corpus.jsonl,$(CORPUS)),--embeddings data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy)
+
+index: setup  ## build the retriever index of a corpus JSONL (CORPUS=..., OUT=...; bundled HotpotQA by default)
+	$(PY) -m services.retriever build --corpus $(CORPUS) --out $(OUT) $(INDEX_ARGS)
+
+bench: setup  ## run every bench/*.py (each writes bench/results/<name>.md)
+	@set -e; for script in bench/*.py; do echo ">> $$script"; $(PY) $$script; done
 
 lint: setup  ## ruff
 	$(PY) -m ruff check .

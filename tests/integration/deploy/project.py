@@ -152,3 +152,36 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
         word, _, rest = full.partition(" ")
         out.append((word.upper(), rest.strip()))
     return out
+
+
+def _cli_tree(service: str):
+    import ast
+
+    return ast.parse((ROOT / "services" / service / "__main__.py").read_text())
+
+
+def subcommands(service: str) -> set[str]:
+    """The ``add_parser("name")`` subcommands of ``python -m services.<service>`` (read, not run)."""
+    import ast
+
+    names = set()
+    for node in ast.walk(_cli_tree(service)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            names.add(node.args[0].value)
+    return names
+
+
+def cli_flags(service: str) -> set[str]:
+    """Every ``--flag`` the CLI declares, plus one per settings field (``Settings.add_arguments``)."""
+    import ast
+
+    flags = set()
+    for node in ast.walk(_cli_tree(service)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            flags.update(a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--"))
+    cls = settings_class(service)
+    if cls is not None:
+        flags.update("--" + name.replace("_", "-") for name in cls.model_fields)
+        flags.add("--recipe")
+    return flags

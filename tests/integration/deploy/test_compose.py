@@ -14,6 +14,7 @@ import yaml
 from tests.integration.deploy.project import (
     ROOT,
     SERVICES,
+    cli_flags,
     compose,
     container_ports,
     dockerfile,
@@ -23,6 +24,7 @@ from tests.integration.deploy.project import (
     raw_compose,
     service_environment,
     settings_class,
+    subcommands,
     variables,
     walk_strings,
 )
@@ -283,3 +285,30 @@ def test_prometheus_scrapes_every_service_where_it_listens():
         if _built_from(service) and service.get("restart") != "no":
             assert any(t.split(":")[0] in _hostnames(name, service) for t in targets), (
                 f"Prometheus does not scrape {name}")
+
+
+_INVOCATION = re.compile(r"python -m services\.(\w+) ([\w-]+)((?: +(?:--[\w-]+|\"[^\"]*\"|[^\s|&;\"]+))*)")
+
+
+def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
+    """What compose runs in our images (the command, or a one-shot's shell line) exists in __main__.py."""
+    checked = 0
+    for name, service in compose()["services"].items():
+        folder = _built_from(service)
+        if not folder:
+            continue
+        command = service.get("command", [])
+        if service.get("entrypoint") is None:
+            assert command and command[0] in subcommands(folder), f"{name}: {command} is not a subcommand"
+            checked += 1
+        for text in command:
+            for match in _INVOCATION.finditer(text):
+                target, sub, rest = match.groups()
+                assert sub in subcommands(target), f"{name}: {target} has no subcommand {sub}"
+                for flag in re.findall(r"(?<!\S)--[\w-]+", rest):
+                    assert flag in cli_flags(target), f"{name}: {target} {sub} has no flag {flag}"
+                checked += 1
+        for flag in re.findall(r"(?<!\S)--[\w-]+", compose()["services"][name].get("environment", {}).get(
+                "INDEX_ARGS", "")):
+            assert flag in cli_flags("retriever"), f"INDEX_ARGS uses {flag}, which build does not take"
+    assert checked >= 8
