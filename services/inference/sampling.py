@@ -53,7 +53,8 @@ def _truncate(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) ->
     drop = (top_k.unsqueeze(1) > 0) & (ranks >= top_k.unsqueeze(1))
     probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs
-    drop |= mass_before > top_p.unsqueeze(1)
+    # vLLM's rule: keep the smallest prefix whose mass reaches top_p (a token goes once the mass before it does)
+    drop |= (mass_before >= top_p.unsqueeze(1)) & (top_p.unsqueeze(1) < 1.0)
     drop[:, 0] = False
     masked = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(1, order, masked)
