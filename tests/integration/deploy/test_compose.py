@@ -3,6 +3,7 @@ references, profiles, volumes, variables, env vars against the settings classes,
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -312,3 +313,21 @@ def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
                 "INDEX_ARGS", "")):
             assert flag in cli_flags("retriever"), f"INDEX_ARGS uses {flag}, which build does not take"
     assert checked >= 8
+
+
+def test_vllm_gets_our_worker_extension_lora_flags_and_dev_mode():
+    """The policy vLLM can hot-load LoRA adapters and full weights exactly as the trainer calls them."""
+    policy = compose()["services"]["policy"]
+    flags = dict(a.removeprefix("--").split("=", 1) if "=" in a else (a.removeprefix("--"), "")
+                 for a in policy["command"])
+    module, _, cls = flags["worker-extension-cls"].rpartition(".")
+    extension = getattr(importlib.import_module(module), cls)  # shared/ is mounted on the container's path
+    assert callable(extension.update_weights_from_path)
+    mount = next(m for m in policy["volumes"] if m.startswith("./shared:"))
+    assert mount.split(":")[1] == f"{service_environment(policy)['PYTHONPATH']}/shared"
+    assert {"enable-lora", "max-loras", "max-lora-rank", "served-model-name", "logprobs-mode"} <= set(flags)
+    env = service_environment(policy)
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"].lower() in ("1", "true")
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"  # /collective_rpc, used for the full-weight reload
+    assert flags["served-model-name"] == "policy"
+    assert any(d.get("capabilities") == ["gpu"] for d in policy["deploy"]["resources"]["reservations"]["devices"])

@@ -87,3 +87,28 @@ def test_red_coda_ablations_differ_only_in_how_sft_is_weighted():
         for key, value in body.items():
             if key not in ("max_steps", "warmup_steps"):
                 assert tables["full-red"][section][key] == value, (section, key)
+
+
+def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
+    """Under compose, vLLM serves "policy" (and "searcher" in profile searcher-llm): recipes must use those
+    names, and LoRA recipes must fit vLLM's --max-lora-rank / --max-loras."""
+    from tests.integration.deploy.project import compose
+
+    services = compose()["services"]
+    served = {}
+    for name in ("policy", "searcher-llm"):
+        flags = dict(a.removeprefix("--").split("=", 1) for a in services[name]["command"] if "=" in a)
+        served[name] = flags
+    for path in RECIPES:
+        s = _load_all(path, monkeypatch)
+        if "rollout" not in s or "trainer" not in s:
+            pytest.skip("rollout or trainer settings not written yet")
+        rollout, trainer = s["rollout"], s["trainer"]
+        assert rollout.model_name == served["policy"]["served-model-name"], path.name
+        assert trainer.served_model == served["policy"]["served-model-name"], path.name
+        if "searcher" in s:
+            assert s["searcher"].model_name in (served["policy"]["served-model-name"],
+                                                served["searcher-llm"]["served-model-name"]), path.name
+        if trainer.finetune == "lora":
+            assert trainer.lora_rank <= int(served["policy"]["max-lora-rank"]), path.name
+            assert trainer.keep_weights <= int(served["policy"]["max-loras"]), path.name
