@@ -59,7 +59,9 @@ class TrainerSettings(ServiceSettings):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0 = no reference model)")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
     entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
-    is_seq_mask: bool = Field(True, description="Mask sequences whose mean ratio to the sampler leaves the band")
+    is_mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
+        "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)")
+    is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
     is_seq_min: float = Field(0.5, gt=0, description="Lower edge of the sequence ratio band (geometric mean)")
     is_seq_max: float = Field(2.0, gt=0, description="Upper edge of the sequence ratio band (geometric mean)")
 
@@ -81,6 +83,8 @@ class TrainerSettings(ServiceSettings):
     inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
     served_model: str = Field("policy", description="Model name of the full weights on the inference server")
     sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
+    sync_prompt: list[int] = Field([1, 2, 3, 4, 5, 6, 7, 8], description="Probe prompt token ids of the sync check")
+    sync_tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
     keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")

@@ -31,6 +31,7 @@ from services.trainer.publish import Publisher
 from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
+from services.trainer.sync_check import max_abs_diff, server_sample
 from shared.advantages import trajectory_advantages
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
@@ -47,6 +48,7 @@ class Trainer:
         self.registry = registry
         self.unacked: list[str] = []
         self.last_publish = None
+        self.sync_diff: float | None = None
         self.ready = threading.Event()
 
     # ---------------------------------------------------------------- setup
@@ -164,6 +166,18 @@ class Trainer:
         self.last_publish = self.publisher.publish(self.state.version, self.state.step, announce=announce)
         if self.rank0 and self.last_publish is not None:
             self.observer.published(self.state.version, self.last_publish.publish_seconds)
+        if self.s.sync_check and self.s.inference_url:
+            self.sync_diff = self._sync_check()
+
+    def _sync_check(self) -> float:
+        prompt = list(self.s.sync_prompt)
+        sample = None
+        if self.rank0:
+            sample = server_sample(self.client, self.last_publish.model_name, prompt, self.s.sync_tokens)
+        tokens, server_logprobs = self._broadcast(sample)
+        diff = max_abs_diff(self.eng, prompt, tokens, server_logprobs)
+        log.info("sync check", extra={"version": self.state.version, "max_abs_diff": diff})
+        return diff
 
     def _record(self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int,
                 seconds: float) -> dict[str, float]:
@@ -183,6 +197,8 @@ class Trainer:
                    queue_lag=stats.lag, queue_pending=stats.pending, total_tokens=self.state.tokens)
         if self.last_publish is not None and self.last_publish.step == self.state.step:
             rec["publish_seconds"] = self.last_publish.publish_seconds
+            if self.sync_diff is not None:
+                rec["sync_max_abs_diff"] = self.sync_diff
         return rec
 
     def _broadcast(self, obj):

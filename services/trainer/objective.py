@@ -1,70 +1,61 @@
-"""The RL objective of one micro-batch, assembled from the pure functions in ``services/trainer/rl``.
+"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.objective.rl_loss``.
 
-Bypass mode (peers.md §3): one optimizer step per batch and the PPO ratio taken against the sampler's
-logprobs μ recorded by the rollout, so no extra "old policy" forward pass is needed; the ratio then also
-covers the sampler/trainer mismatch and the staleness of off-policy samples. Optionally, sequences whose
-geometric-mean ratio π/μ leaves ``[is_seq_min, is_seq_max]`` are masked out (MIS).
-
-    loss = world · ( pg  +  kl_coef · KL(π ‖ π_ref)  −  entropy_coef · H )
-
-each term aggregated with the same global normaliser (token-mean or seq-mean over the whole step), so the
-sum over micro-batches and ranks is the full-batch loss.
+Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
+  ``none`` (default, "bypass" in peers.md §3): one optimizer step per batch with the PPO ratio taken against
+      μ itself, so no extra forward pass for π_old; the clipped ratio covers both the sampler/trainer
+      mismatch and the staleness of off-policy samples;
+  ``token`` / ``sequence`` / ``token+sequence`` (decoupled): π_old is the current policy (detached, ratio 1),
+      and the truncated / sequence-masked importance weights π/μ do the off-policy correction.
+All terms share the step's global normaliser; DeepSpeed averages gradients over ranks, hence ``× world``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from services.trainer.config import TrainerSettings
 from services.trainer.packing import MicroBatch
-from services.trainer.rl.importance import importance_weights, mismatch_metrics
-from services.trainer.rl.kl import kl_loss
-from services.trainer.rl.policy_loss import ClipConfig, aggregate, policy_loss
+from services.trainer.rl.importance import mismatch_metrics
+from services.trainer.rl.objective import LossConfig, LossInputs, rl_loss
+from services.trainer.rl.policy_loss import ClipConfig
 
 # Metrics that are already shares of the global loss (summed over micro-batches as they are); every other
 # metric is a local mean, weighted by the micro-batch's trained tokens.
-_ADDITIVE = {"pg_loss", "kl_loss", "entropy_loss", "loss"}
+_ADDITIVE = {"pg_loss", "loss"}
 
 
-@dataclass(frozen=True)
+def loss_config(s: TrainerSettings) -> LossConfig:
+    return LossConfig(clip=ClipConfig(clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip),
+                      agg=s.loss_agg, kl_coef=s.kl_coef, kl_estimator=s.kl_estimator, entropy_coef=s.entropy_coef,
+                      is_mode=s.is_mode, is_cap=s.is_cap, is_seq_min=s.is_seq_min, is_seq_max=s.is_seq_max)
+
+
+@dataclass
 class Objective:
     """Callable with the ``step.RlLoss`` signature."""
 
     settings: TrainerSettings
+    cfg: LossConfig = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cfg = loss_config(self.settings)
 
     def __call__(self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch,
                  norms: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
-        s = self.settings
+        sampler = batch.fields["old_logp"]
+        bypass = self.cfg.is_mode == "none"
+        inputs = LossInputs(logp=logp, old_logp=sampler if bypass else logp.detach(), advantages=batch.fields["adv"],
+                            mask=batch.target_mask, ref_logp=batch.fields.get("ref_logp"),
+                            sampler_logp=None if bypass else sampler, entropy=entropy,
+                            segment_ids=batch.seq.to(logp.device))
+        normaliser = norms["tokens"] if self.cfg.agg == "token-mean" else norms["sequences"]
+        loss, metrics = rl_loss(inputs, self.cfg, normaliser)
+        if bypass:  # how far the trainer's logprobs are from the sampler's (0 on-policy with synced weights)
+            metrics.update(mismatch_metrics(logp, sampler, batch.target_mask))
         mask = batch.target_mask
-        mode = s.loss_agg
-        normaliser = norms["tokens"] if mode == "token-mean" else norms["sequences"]
-        old = batch.fields["old_logp"]
-        seg = batch.seq.to(mask.device)
-        metrics: dict[str, float] = {}
-        if s.is_seq_mask:
-            weights, is_metrics = importance_weights(logp.detach(), old, mask, mode="sequence", seq_min=s.is_seq_min,
-                                                     seq_max=s.is_seq_max, segment_ids=seg)
-            mask = mask * (weights > 0).to(mask.dtype)
-            metrics.update(is_metrics)
-        else:
-            metrics.update(mismatch_metrics(logp, old, mask))
-        cfg = ClipConfig(clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip)
-        loss, pg = policy_loss(logp, old, batch.fields["adv"], mask, normaliser=normaliser, mode=mode, cfg=cfg,
-                               segment_ids=seg)
-        metrics.update(pg)
-        if s.kl_coef > 0:
-            kl, kl_metrics = kl_loss(logp, batch.fields["ref_logp"].to(logp.device), mask, normaliser=normaliser,
-                                     kind=s.kl_estimator, mode=mode, segment_ids=seg)
-            loss = loss + s.kl_coef * kl
-            metrics.update(kl_metrics, kl_loss=float(kl.detach()))
-        if s.entropy_coef != 0:
-            ent = aggregate(entropy, mask, mode, normaliser, seg)
-            loss = loss - s.entropy_coef * ent
-            metrics["entropy_loss"] = float(ent.detach())
-        metrics["loss"] = float(loss.detach())
-        metrics["lag_mean"] = float((batch.fields["lag"] * batch.target_mask).sum() / batch.target_mask.sum().clamp(min=1))
+        metrics["lag_mean"] = float((batch.fields["lag"] * mask).sum() / mask.sum().clamp(min=1))
         return loss * norms["world"], weigh(metrics)
 
 

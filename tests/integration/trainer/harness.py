@@ -74,3 +74,16 @@ def optimizer_steps(root: Path) -> tuple[int, int]:
     states = torch.load(next(folder.glob("*model_states.pt")), weights_only=False)
     adam = states["optimizer"]["state"]
     return int(states["global_steps"]), int(next(iter(adam.values()))["step"])
+
+
+def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """The real CPU inference server on a free port, serving ``model`` as ``policy``."""
+    from shared.redis_server import free_port
+
+    port = free_port()
+    with open(weights_root / "server.log", "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "services.inference", "serve", "--model", str(model),
+                                 "--port", str(port), "--served-model-name", "policy", "--weights-root",
+                                 str(weights_root), "--threads", "1", *extra], cwd=REPO, env=trainer_env(),
+                                stdout=fh, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
