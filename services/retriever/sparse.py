@@ -1,0 +1,86 @@
+"""The sparse side: a bm25s index with one tokenizer shared by indexing and querying.
+
+The tokenizer settings (lowercase, stopwords, stemmer) are saved next to the index and reloaded with it:
+FlashRAG tokenises its queries differently from its index, which silently costs recall; this cannot.
+Results use the house convention: ``ids`` (int64, −1 = empty slot) and ``scores`` of shape ``(n, k)``.
+A document that shares no term with the query (BM25 score 0) is not a hit and is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+SPARSE_DIR = "bm25"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class Bm25Config:
+    method: str = "lucene"
+    k1: float = 1.5
+    b: float = 0.75
+    stopwords: str = "en"
+    stemmer: str | None = "english"  # a PyStemmer language, or None for no stemming
+
+
+def _stemmer(name: str | None):
+    if not name:
+        return None
+    import Stemmer
+
+    return Stemmer.Stemmer(name)
+
+
+class SparseIndex:
+    """BM25 over the corpus ``contents`` (bm25s, numpy backend, memory-mapped when loaded)."""
+
+    def __init__(self, retriever, config: Bm25Config) -> None:
+        self.retriever, self.config = retriever, config
+        self._stem = _stemmer(config.stemmer)
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.retriever.scores["num_docs"])
+
+    def tokenize(self, texts: list[str], show_progress: bool = False) -> list[list[str]]:
+        import bm25s
+
+        return bm25s.tokenize(texts, stopwords=self.config.stopwords, stemmer=self._stem, return_ids=False,
+                              show_progress=show_progress)
+
+    @classmethod
+    def build(cls, texts: list[str], config: Bm25Config = Bm25Config()) -> SparseIndex:
+        import bm25s
+
+        index = cls(bm25s.BM25(method=config.method, k1=config.k1, b=config.b), config)
+        index.retriever.index(index.tokenize(texts, show_progress=True), show_progress=True)
+        return index
+
+    def save(self, index_dir: Path) -> None:
+        path = index_dir / SPARSE_DIR
+        self.retriever.save(str(path))
+        (path / TOKENIZER_FILE).write_text(json.dumps(asdict(self.config), indent=2))
+
+    @classmethod
+    def load(cls, index_dir: Path, mmap: bool = True) -> SparseIndex:
+        import bm25s
+
+        path = index_dir / SPARSE_DIR
+        config = Bm25Config(**json.loads((path / TOKENIZER_FILE).read_text()))
+        return cls(bm25s.BM25.load(str(path), mmap=mmap), config)
+
+    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` per query by BM25 score, best first."""
+        n = len(queries)
+        k = min(k, self.num_docs)
+        if n == 0 or k <= 0:
+            return np.full((n, max(k, 0)), -1, np.int64), np.full((n, max(k, 0)), -np.inf, np.float32)
+        docs, scores = self.retriever.retrieve(self.tokenize(queries), k=k, show_progress=False)
+        docs = np.asarray(docs, dtype=np.int64)
+        scores = np.asarray(scores, dtype=np.float32)
+        hit = scores > 0
+        return np.where(hit, docs, -1), np.where(hit, scores, -np.inf).astype(np.float32)
