@@ -18,7 +18,14 @@ from typing import Literal
 
 from shared.tags import all_tag_tokens
 
-PAD, EOS, IM_START = "<|pad|>", "<|im_end|>", "<|im_start|>"
+# Qwen2's special tokens: <|endoftext|> pads (and is the unk Qwen2Tokenizer expects), <|im_end|> ends a turn.
+PAD, EOS, IM_START = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
+
+# Qwen2's pre-tokenizer split. transformers ≥ 5 loads any qwen2-config folder with Qwen2Tokenizer, which
+# installs this split and NFC itself; training with the same pieces keeps the saved tokenizer identical
+# to the loaded one (otherwise the served tokenization would differ from the trained one).
+QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+               r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 # A ChatML-style template (the layout Qwen2 uses), so chat-formatted prompts work with vLLM and with us.
 CHAT_TEMPLATE = (
@@ -69,13 +76,25 @@ def read_texts(paths: Iterable[str | Path], limit: int | None = None) -> Iterato
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with pad/eos/chat specials and the tags as added tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
-    specials = [PAD, EOS, IM_START]
+    specials = [PAD, IM_START, EOS]
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)

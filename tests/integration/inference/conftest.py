@@ -69,3 +69,17 @@ def reference_logprobs(model, prompt: list[int], generated: list[int]) -> list[f
         logits = model(torch.tensor([prompt + generated])).logits[0].float()
     lp = logits.log_softmax(-1)[len(prompt) - 1:len(prompt) - 1 + len(generated)]
     return lp.gather(1, torch.tensor(generated).unsqueeze(1)).squeeze(1).tolist()
+
+
+@pytest.fixture(scope="session")
+def lora_dir_for_contract(tiny_model, weights_root) -> Path:
+    """A freshly initialised (zero-B) LoRA adapter: loading it must not change outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"]))
+    path = weights_root / "adapters" / "contract"
+    model.save_pretrained(path)
+    return path
