@@ -36,8 +36,8 @@ PROFILE_SETS = ({"gpu"}, {"gpu", "searcher-llm"}, {"cpu"})
 URL = re.compile(r"^(?:https?|redis)://(?:[^@/]*@)?([a-z0-9-]+):(\d+)")
 
 
-def _validate(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)],
+def _validate(*paths: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", *map(str, paths)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -69,12 +69,10 @@ def _port_of(name: str, service: dict) -> int | None:
 
 
 def test_compose_file_passes_the_compose_spec_schema(tmp_path):
-    raw = _validate(ROOT / "docker-compose.yml")
-    assert raw.returncode == 0, raw.stdout + raw.stderr
     # Compose validates after interpolation too: check the file as a user's .env.example renders it.
     rendered = tmp_path / "rendered.yml"
     rendered.write_text(yaml.safe_dump(compose()))
-    result = _validate(rendered)
+    result = _validate(ROOT / "docker-compose.yml", rendered)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -9,6 +9,7 @@ dependencies plus the extra, as ``deploy/docker/requirements.py`` resolves them 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import sys
@@ -83,6 +84,11 @@ def reachable_third_party(service: str) -> set[str]:
     return external
 
 
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
 def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -111,7 +117,7 @@ def test_every_import_of_a_service_is_installed_in_its_image(service):
     spec.loader.exec_module(module)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     installed = _installed(module.requirements(pyproject, [service]))
-    providers = packages_distributions()
+    providers = _providers()
     missing = []
     for top in sorted(reachable_third_party(service)):
         if top in OPTIONAL.get(service, {}):
