@@ -54,6 +54,7 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
         pytest.skip("rollout or trainer settings not written yet")
     assert rollout.groups_per_step == trainer.groups_per_step, "rollout and trainer disagree on the step size"
     assert rollout.max_staleness == trainer.max_staleness, "rollout admits what the trainer would drop"
+    assert trainer.temperature == rollout.temperature, "the trainer must score tokens at the sampling temperature"
     if path.stem in AGENTS:
         assert rollout.agent == AGENTS[path.stem]
     if path.stem in ("red-coda", "red-coda-ablation-fixed-sft", "red-coda-ablation-full-red"):
@@ -109,6 +110,8 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         if "searcher" in s:
             assert s["searcher"].model_name in (served["policy"]["served-model-name"],
                                                 served["searcher-llm"]["served-model-name"]), path.name
+        if "inference" in s:  # the CPU server reports logprobs the way compose's vLLM does
+            assert s["inference"].logprobs_mode == served["policy"]["logprobs-mode"], path.name
         if trainer.finetune == "lora":
             assert trainer.lora_rank <= int(served["policy"]["max-lora-rank"]), path.name
             assert trainer.keep_weights <= int(served["policy"]["max-loras"]), path.name
