@@ -1,0 +1,39 @@
+"""Groups → training sequences: advantages per sample, staleness drop, per-token fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.trainer.batches import sample_lag, to_sequences
+from shared.advantages import trajectory_advantages
+from tests.factories import make_group, make_sample
+
+
+def test_sequences_carry_advantage_sampler_logprobs_and_lag():
+    g = make_group(n=3, version=2)  # rewards 0, 1, 2; trained tokens sampled by version 2
+    adv, _ = trajectory_advantages([g])
+    seqs, dropped = to_sequences([g], adv, version=3, max_staleness=1, policy="drop")
+    assert dropped == 0 and len(seqs) == 3
+    assert [s.fields["adv"][0] for s in seqs] == pytest.approx([-1.0, 0.0, 1.0], abs=1e-5)  # (r − 1) / std 1
+    s = seqs[0]
+    assert s.tokens == g.samples[0].token_ids and s.mask == g.samples[0].loss_mask
+    assert s.fields["old_logp"] == g.samples[0].logprobs
+    assert s.fields["lag"] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # 1 version behind, on trained tokens only
+
+
+def test_stale_samples_dropped_or_kept_and_baseline_unchanged():
+    g = make_group(n=2, version=2)
+    adv, _ = trajectory_advantages([g])
+    seqs, dropped = to_sequences([g], adv, version=5, max_staleness=1, policy="drop")
+    assert seqs == [] and dropped == 2
+    kept, dropped = to_sequences([g], adv, version=5, max_staleness=1, policy="correct")
+    assert len(kept) == 2 and dropped == 0 and kept[0].fields["lag"][-1] == 3.0
+
+
+def test_sample_without_trained_tokens_is_skipped():
+    g = make_group(n=2)
+    g.samples[0] = make_sample("s0", generated=0)
+    adv, _ = trajectory_advantages([g])
+    seqs, _ = to_sequences([g], adv, version=2, max_staleness=0, policy="drop")
+    assert [len(s.tokens) for s in seqs] == [7]
+    assert sample_lag(g.samples[0], 9) == 0

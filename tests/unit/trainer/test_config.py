@@ -1,0 +1,32 @@
+"""Trainer settings: every shipped recipe's [trainer] table loads; bad combinations are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from services.trainer.config import TrainerSettings
+
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("recipe", CONFIGS, ids=lambda p: p.name)
+def test_recipes_load(recipe):
+    s = TrainerSettings.load(recipe=recipe)
+    assert s.groups_per_step >= 1 and s.zero_stage in (0, 1, 2, 3)
+
+
+def test_invalid_combinations_refused():
+    with pytest.raises(ValidationError, match="dual_clip"):
+        TrainerSettings(dual_clip=0.5)
+    with pytest.raises(ValidationError, match="LoRA with ZeRO-3"):
+        TrainerSettings(finetune="lora", zero_stage=3)
+    with pytest.raises(ValidationError):
+        TrainerSettings(unknown_key=1)
+
+
+def test_env_overrides_recipe(monkeypatch):
+    monkeypatch.setenv("CODA_TRAINER_LR", "0.5")
+    assert TrainerSettings.load(recipe=CONFIGS[0]).lr == 0.5

@@ -1,0 +1,45 @@
+"""The trainer's glue around rl_loss: bypass vs decoupled IS, world scaling, metric averaging."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.trainer.config import TrainerSettings
+from services.trainer.objective import Objective, finish, weigh
+from services.trainer.packing import TrainSeq, pack
+
+
+def _batch(adv: float = 1.0, old: float = -1.0):
+    seqs = [TrainSeq([5, 6, 7, 8], [0, 1, 1, 1], {"old_logp": [0.0, old, old, old], "adv": [adv] * 4,
+                                                  "lag": [0.0, 1.0, 1.0, 1.0]}, 0)]
+    return pack(seqs, 16)[0]
+
+
+def test_bypass_ratio_against_sampler_and_gradient_sign():
+    b = _batch(adv=1.0, old=-1.0)
+    logp = torch.full(b.input_ids.shape, -1.0, requires_grad=True)
+    loss, m = Objective(TrainerSettings())(logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 2})
+    assert loss.item() == pytest.approx(-2.0)  # −A·r token-mean = −1, times world 2
+    loss.backward()
+    assert (logp.grad[b.target_mask > 0] < 0).all()  # descending raises the logprob of a positive-advantage token
+    assert (logp.grad[b.target_mask == 0] == 0).all()  # untrained positions get no gradient
+    out = finish(m)
+    assert out["ratio_mean"] == pytest.approx(1.0) and out["lag_mean"] == pytest.approx(1.0)
+    assert out["mismatch_kl_k3"] == pytest.approx(0.0)
+
+
+def test_decoupled_mode_weights_by_sampler_ratio():
+    b = _batch(adv=1.0, old=-2.0)  # the sampler gave these tokens e^-2; the policy now e^-1: w = e, capped at 2
+    logp = torch.full(b.input_ids.shape, -1.0, requires_grad=True)
+    loss, m = Objective(TrainerSettings(is_mode="token", is_cap=2.0))(
+        logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 1})
+    assert loss.item() == pytest.approx(-2.0)  # −A · w(=2) · r(=1)
+    assert finish(m)["is_weight_mean"] == pytest.approx(2.0)
+
+
+def test_weigh_and_finish_average_by_tokens():
+    a = weigh({"clip_fraction": 1.0, "num_tokens": 1.0, "pg_loss": 0.5})
+    b = weigh({"clip_fraction": 0.0, "num_tokens": 3.0, "pg_loss": 0.25})
+    total = {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
+    assert finish(total) == pytest.approx({"clip_fraction": 0.25, "pg_loss": 0.75})

@@ -1,0 +1,39 @@
+"""Observability: the JSONL log, the Prometheus gauges behind /metrics and /health, the PNG plots."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+from fastapi.testclient import TestClient
+
+from services.trainer.app import build_app
+from services.trainer.observe import Observer
+
+
+def _rec(step: int) -> dict:
+    return {"step": step, "loss": 0.5 / step, "pg_loss": 0.4, "reward_mean": 0.1 * step, "reward/f1": 0.2,
+            "red/final_weight": 1.5, "tokens_per_second": 1000.0, "clip_fraction": float("nan")}
+
+
+def test_jsonl_gauges_and_plots(tmp_path):
+    holder = {}
+    app, registry = build_app(lambda: holder.get("t"))
+    obs = Observer(registry, str(tmp_path), plot_every=2)
+    for step in (1, 2, 3):
+        obs.record(_rec(step))
+    obs.published(version=3, seconds=0.25)
+    lines = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2, 3] and "clip_fraction" not in lines[0]  # NaN left out
+    assert (tmp_path / "losses.png").stat().st_size > 1000 and (tmp_path / "rewards.png").is_file()
+    client = TestClient(app)
+    metrics = client.get("/metrics").text
+    assert "coda_trainer_step 3.0" in metrics and "coda_trainer_red_weight 1.5" in metrics
+    assert "coda_policy_version 3.0" in metrics and "coda_trainer_weight_sync_seconds_hist_count 1.0" in metrics
+    assert client.get("/health").status_code == 503  # no trainer yet
+    holder["t"] = SimpleNamespace(ready=threading.Event(), state=SimpleNamespace(
+        step=3, version=3, tokens=10, trained_groups=["a"], dropped_stale=0))
+    holder["t"].ready.set()
+    assert client.get("/health").status_code == 200
+    assert client.get("/status").json()["version"] == 3
