@@ -22,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
     fake = sub.add_parser("fake-llm", help="serve the scripted protocol-following fake LLM (vLLM API shape)")
     fake.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
     fake.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
+    fake.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
     return p
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         from services.rollout.fake_llm import FakeLLM, protocol_script
         from shared.agents.tokenizer import CharTokenizer
 
-        fake = FakeLLM(CharTokenizer(), protocol_script, delay_s=args.delay_ms / 1000)
+        fake = FakeLLM(CharTokenizer(), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record)
         uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
         return
     settings = RolloutSettings.from_args(resolve_recipe(args))

@@ -62,6 +62,7 @@ class FakeLLM:
     script: Script
     delay_s: float = 0.0  # added to every completion (the benchmark's fixed per-call latency)
     weight_version: int | None = 0
+    record: bool = True  # keep every request in ``calls`` (off for long benchmark runs)
     calls: list[FakeCall] = field(default_factory=list)
     loras: dict[str, str] = field(default_factory=dict)
     _failures: list[int] = field(default_factory=list)
@@ -77,15 +78,17 @@ class FakeLLM:
             return self._failures.pop(0) if self._failures else None
 
     def complete(self, req: CompletionRequest) -> CompletionResponse:
-        if not (isinstance(req.prompt, list) and all(isinstance(i, int) for i in req.prompt)):
+        if not (isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int)):
             raise ApiError("the fake LLM takes one prompt of token ids", 400)
         model = req.model or "policy"
         if model.startswith("policy-v") and model not in self.loras:
             raise ApiError(f"The model `{model}` does not exist.", 404, "NotFoundError")
         prompt_text = self.tok.decode(req.prompt)
         ids, text, finish, stop_reason = self._reply(self.script(prompt_text, model), req)
-        self.calls.append(FakeCall(model=model, prompt_ids=list(req.prompt), prompt_text=prompt_text,
-                                   stop=_stops(req.stop), max_tokens=req.max_tokens or 16, token_ids=ids, text=text))
+        if self.record:
+            self.calls.append(FakeCall(model=model, prompt_ids=list(req.prompt), prompt_text=prompt_text,
+                                       stop=_stops(req.stop), max_tokens=req.max_tokens or 16, token_ids=ids,
+                                       text=text))
         logprobs = CompletionLogProbs(tokens=[f"{TOKEN_ID_PREFIX}{i}" for i in ids],
                                       token_logprobs=[fake_logprob(k) for k in range(len(ids))],
                                       text_offset=[0] * len(ids), top_logprobs=None)

@@ -15,6 +15,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 import redis
 
@@ -74,6 +75,8 @@ def failure_cause(exc: BaseException, services: dict[str, str]) -> str:
     """A short label for metrics: which service and how (``retriever_unreachable``, ``inference_http_503``)."""
     if isinstance(exc, InferenceError):
         return f"inference_http_{exc.status_code}"
+    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError):  # only the LLM transport uses aiohttp
+        return "inference_timeout" if isinstance(exc, asyncio.TimeoutError) else "inference_unreachable"
     if isinstance(exc, httpx.HTTPError):
         url = str(exc.request.url) if getattr(exc, "_request", None) is not None else ""
         name = next((n for n, base in services.items() if base and url.startswith(base.rstrip("/"))), "http")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from services.rollout.config import RolloutSettings
+from shared.agents.aio_llm import AiohttpCompletions
 from shared.agents.context import AgentContext
 from shared.agents.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from shared.agents.searcher_client import AsyncSearcherClient
@@ -32,8 +33,17 @@ async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
                         tok: TokenizerLike | None = None) -> AsyncIterator[AgentContext]:
     """An ``AgentContext`` with pooled clients for ``settings.agent``; closes them on exit."""
     policy_retry = RetryPolicy(attempts=settings.retry_attempts, backoff_s=settings.retry_backoff_s)
-    llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
-                          retry=policy_retry)
+    # Keep-alive for every pooled connection: with many episodes in flight, a smaller keep-alive pool
+    # closes and reopens TCP connections on every call.
+    pool = 2 * settings.max_running_groups * settings.n_samples
+    llm: InferenceClient | AiohttpCompletions
+    if settings.llm_http == "aiohttp":
+        llm = AiohttpCompletions(settings.inference_url, timeout_s=settings.http_timeout_s, retry=policy_retry,
+                                 max_connections=pool)
+    else:
+        llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
+                              retry=policy_retry,
+                              limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
     retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
                                       max_connections=256) if settings.agent in SEARCHING else None)
     searcher = (AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.agents.aio_llm import AiohttpCompletions
 from shared.inference_client import InferenceClient
 
 
@@ -70,7 +71,7 @@ class PolicyState:
 class PolicyGenerator:
     """The trained policy behind an ``InferenceClient``; reads ``state`` at every call."""
 
-    def __init__(self, client: InferenceClient, state: PolicyState, sampling: Sampling = Sampling()) -> None:
+    def __init__(self, client: InferenceClient | AiohttpCompletions, state: PolicyState, sampling: Sampling = Sampling()) -> None:
         self.client, self.state, self.sampling = client, state, sampling
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
@@ -87,7 +88,7 @@ class PolicyGenerator:
 class FrozenGenerator:
     """A fixed served model (searcher, worker): tokens carry version -1 and are never trained."""
 
-    def __init__(self, client: InferenceClient, model: str, sampling: Sampling = Sampling()) -> None:
+    def __init__(self, client: InferenceClient | AiohttpCompletions, model: str, sampling: Sampling = Sampling()) -> None:
         self.client, self.model, self.sampling = client, model, sampling
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
