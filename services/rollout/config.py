@@ -37,6 +37,8 @@ class RolloutSettings(ServiceSettings):
     searcher_url: str = Field("http://127.0.0.1:8001", description="Searcher service (thinker-searcher)")
     llm_http: Literal["aiohttp", "httpx"] = Field(
         "aiohttp", description="HTTP library for LLM calls: aiohttp (about 10x less CPU per call) or httpx")
+    retrieval_batch_ms: float = Field(2.0, ge=0, description="Window in which concurrent episodes' searches are "
+                                                             "sent as one /retrieve request (0: one each)")
     http_timeout_s: float = Field(300.0, gt=0, description="Timeout of one LLM/retriever/searcher call")
     retry_attempts: int = Field(4, ge=1, description="Tries per HTTP call on 5xx/timeouts (never on 4xx)")
     retry_backoff_s: float = Field(0.2, ge=0, description="First retry wait; doubles per retry (max 5 s)")

@@ -9,6 +9,7 @@ import httpx
 
 from services.rollout.config import RolloutSettings
 from shared.agents.aio_llm import AiohttpCompletions
+from shared.agents.batching import BatchingRetriever
 from shared.agents.context import AgentContext
 from shared.agents.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from shared.agents.searcher_client import AsyncSearcherClient
@@ -46,6 +47,8 @@ async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
                               limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
     retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
                                       max_connections=256) if settings.agent in SEARCHING else None)
+    if retriever is not None and settings.retrieval_batch_ms > 0:
+        retriever = BatchingRetriever(retriever, window_s=settings.retrieval_batch_ms / 1000)
     searcher = (AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)
                 if settings.agent == "thinker-searcher" else None)
     state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
