@@ -110,6 +110,8 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         if "searcher" in s:
             assert s["searcher"].model_name in (served["policy"]["served-model-name"],
                                                 served["searcher-llm"]["served-model-name"]), path.name
+        max_model_len = int(served["policy"]["max-model-len"])
+        assert rollout.max_context_tokens <= max_model_len, f"{path.name}: episodes longer than vLLM's context"
         if "inference" in s:  # the CPU server reports logprobs the way compose's vLLM does
             assert s["inference"].logprobs_mode == served["policy"]["logprobs-mode"], path.name
         if trainer.finetune == "lora":
