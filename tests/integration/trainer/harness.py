@@ -81,9 +81,12 @@ def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = ()) -
     from shared.redis_server import free_port
 
     port = free_port()
+    # WARNING level: quieter logs, and it sidesteps the server's `extra={"name": …}` LoRA log lines, which
+    # raise "Attempt to overwrite 'name' in LogRecord" at INFO (reported to the inference issue).
+    env = {**trainer_env(), "CODA_LOG_LEVEL": "WARNING"}
     with open(weights_root / "server.log", "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "services.inference", "serve", "--model", str(model),
                                  "--port", str(port), "--served-model-name", "policy", "--weights-root",
-                                 str(weights_root), "--threads", "1", *extra], cwd=REPO, env=trainer_env(),
+                                 str(weights_root), "--threads", "1", *extra], cwd=REPO, env=env,
                                 stdout=fh, stderr=subprocess.STDOUT)
     return proc, f"http://127.0.0.1:{port}"

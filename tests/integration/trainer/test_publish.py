@@ -1,0 +1,72 @@
+"""Weight publishing into the real CPU inference server, full weights and LoRA: after every publish the
+server's logprobs for a probe prompt equal the trainer's (1e-4), old adapters are unloaded, Redis announces."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.trainer.config import TrainerSettings
+from services.trainer.engine import build_engine, init_distributed
+from services.trainer.objective import Objective
+from services.trainer.packing import TrainSeq
+from services.trainer.publish import Publisher
+from services.trainer.step import StepInput, train_step
+from services.trainer.sync_check import max_abs_diff, server_sample
+from shared.inference_client import SyncInferenceClient
+from shared.protocol import WeightUpdate
+from shared.stream import decode
+from tests.integration.trainer import harness as h
+
+PROMPT = [11, 12, 13, 14, 15, 16]
+
+
+def _step(eng, settings, rng, vocab):
+    seqs = []
+    for i in range(8):
+        tokens = [rng.randrange(vocab) for _ in range(rng.randrange(8, 24))]
+        n = len(tokens)
+        seqs.append(TrainSeq(tokens, [0] * 4 + [1] * (n - 4), {"old_logp": [-8.0] * n, "adv": [rng.uniform(-1, 1)] * n,
+                                                              "lag": [0.0] * n}, i))
+    train_step(eng, StepInput(seqs), Objective(settings), None, budget=128)
+
+
+@pytest.mark.slow
+def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client):
+    from services.inference.factory import build_tiny_model, read_texts
+
+    model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
+    server, url = h.start_server(model, tmp_path)
+    rng = random.Random(0)
+    try:
+        with SyncInferenceClient(url) as llm:
+            llm.wait_ready(120)
+            # LoRA first: the full publishes replace the server's base weights the adapters sit on.
+            for kind, start in (("lora", 0), ("full", 10)):
+                settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
+                eng = build_engine(settings, init_distributed())
+                pub = Publisher(eng.engine, str(tmp_path / f"w-{kind}"), kind, llm, redis_client, "weights",
+                                "policy:version", keep=2)
+                previous: tuple[list[int], list[float]] | None = None
+                for version in range(start, start + 3):
+                    if version > start:
+                        _step(eng, settings, rng, eng.lm.config.vocab_size)
+                    event = pub.publish(version, step=version - start)
+                    tokens, theirs = server_sample(llm, event.model_name, PROMPT, 12)
+                    assert len(tokens) == 12
+                    assert max_abs_diff(eng, PROMPT, tokens, theirs) <= 1e-4, (kind, version)
+                    if previous is not None:  # the check can fail: the previous version's logprobs differ
+                        assert max_abs_diff(eng, PROMPT, *previous) > 1e-3
+                    previous = (tokens, theirs)
+                    assert int(redis_client.get("policy:version")) == version
+                if kind == "lora":
+                    names = {m.id for m in llm.models()}
+                    assert {"policy-v1", "policy-v2"} <= names and "policy-v0" not in names  # keep window of 2
+                    assert not (tmp_path / "w-lora" / "policy-v0").exists()
+        events = [decode(WeightUpdate, f) for _, f in redis_client.xrange("weights")]
+        assert [e.version for e in events] == [0, 1, 2, 10, 11, 12]
+        assert [e.kind for e in events] == ["lora"] * 3 + ["full"] * 3
+    finally:
+        server.terminate()
+        server.wait(30)
