@@ -41,10 +41,15 @@ class Encoder:
     """``encode_queries`` / ``encode_passages`` → float32 ``(n, dim)`` unit vectors."""
 
     def __init__(self, name: str = DEFAULT_ENCODER, *, query_prefix: str = "", passage_prefix: str = "",
-                 device: str = "auto", batch_size: int = 256, max_length: int | None = None) -> None:
+                 device: str = "auto", batch_size: int = 256, max_length: int | None = None,
+                 threads: int = 0) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
         from sentence_transformers import SentenceTransformer
+
+        if threads:  # torch's intra-op pool is process-wide; see RetrieverSettings.cpu_threads
+            torch.set_num_threads(threads)
 
         self.name, self.query_prefix, self.passage_prefix = name, query_prefix, passage_prefix
         self.device, self.batch_size = pick_device(device), batch_size

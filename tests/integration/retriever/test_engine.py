@@ -1,0 +1,31 @@
+"""The engine loaded straight from an index directory (no HTTP)."""
+
+from __future__ import annotations
+
+from services.retriever.config import RetrieverSettings
+from services.retriever.engine import SearchSpec, load_retriever
+
+
+def test_sparse_default_does_not_load_the_encoder(index_dir):
+    # The CPU embedded default serves mode=sparse: no torch model is loaded unless a request wants dense.
+    retriever = load_retriever(RetrieverSettings(index_dir=str(index_dir), mode="sparse", cpu_threads=1))
+    try:
+        ids, scores = retriever.search(["Scott Derrickson", "Ed Wood", "Scott Derrickson"], 3, "sparse")
+        assert callable(retriever._encoder)  # still the factory
+        assert ids.shape == (3, 3) and ids[0].tolist() == ids[2].tolist()
+        assert scores[0, 0] >= scores[0, 1] >= scores[0, 2] > 0
+        assert "Scott Derrickson" in retriever.corpus.contents(int(ids[0, 0]))
+    finally:
+        retriever.close()
+
+
+def test_search_many_mixes_modes_and_depths(server):
+    retriever = server.app.state.retriever
+    specs = [SearchSpec(["Ed Wood"], 2, "dense"), SearchSpec(["Ed Wood", "Scott Derrickson"], 5, "hybrid",
+                                                              depth=10),
+             SearchSpec(["Ed Wood"], 4, "sparse")]
+    (d_ids, _), (h_ids, h_scores), (s_ids, _) = retriever.search_many(specs)
+    assert d_ids.shape == (1, 2) and h_ids.shape == (2, 5) and s_ids.shape == (1, 4)
+    alone_dense, _ = retriever.search(["Ed Wood"], 2, "dense")
+    assert d_ids.tolist() == alone_dense.tolist()  # batching with others changes nothing
+    assert (h_scores[:, :-1] >= h_scores[:, 1:]).all()
