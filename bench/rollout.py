@@ -136,6 +136,9 @@ async def bench(args) -> list[dict]:
         retrieval = await retrieval_latency(ctx, [r.question for r in records])
         for c in args.concurrency:
             rows.append(await level(ctx, records, c, args, retrieval, variant))
+        for client in (getattr(ctx.policy, "client", None), ctx.retriever):
+            if hasattr(client, "aclose"):
+                await client.aclose()
     return rows
 
 

@@ -20,7 +20,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fastapi import Request
+from fastapi import Request, Response
+from pydantic import ValidationError
 
 from shared.agents.tokenizer import TokenizerLike
 from shared.http import ApiError, create_app
@@ -63,6 +64,7 @@ class FakeLLM:
     delay_s: float = 0.0  # added to every completion (the benchmark's fixed per-call latency)
     weight_version: int | None = 0
     record: bool = True  # keep every request in ``calls`` (off for long benchmark runs)
+    requests: int = 0  # completion requests received over HTTP, failed ones included
     calls: list[FakeCall] = field(default_factory=list)
     loras: dict[str, str] = field(default_factory=dict)
     _failures: list[int] = field(default_factory=list)
@@ -93,7 +95,8 @@ class FakeLLM:
                                       token_logprobs=[fake_logprob(k) for k in range(len(ids))],
                                       text_offset=[0] * len(ids), top_logprobs=None)
         choice = CompletionChoice(index=0, text=text, logprobs=logprobs, finish_reason=finish,
-                                  stop_reason=stop_reason, token_ids=ids)
+                                  stop_reason=stop_reason, token_ids=ids if req.return_token_ids else None,
+                                  prompt_token_ids=list(req.prompt) if req.return_token_ids else None)
         usage = UsageInfo(prompt_tokens=len(req.prompt), completion_tokens=len(ids),
                           total_tokens=len(req.prompt) + len(ids))
         return CompletionResponse(model=model, choices=[choice], usage=usage, weight_version=self.weight_version)
@@ -121,13 +124,20 @@ class FakeLLM:
         app, _ = create_app("fake-llm", description="Scripted vLLM-shaped completions server")
 
         @app.post("/v1/completions")
-        async def completions(req: CompletionRequest) -> CompletionResponse:
+        async def completions(request: Request) -> Response:
+            # Raw body in, serialised model out: no FastAPI re-validation, so the fake's own CPU cost stays
+            # small next to the agents' on a shared benchmark host.
+            self.requests += 1
+            try:
+                req = CompletionRequest.model_validate_json(await request.body())
+            except ValidationError as exc:
+                raise ApiError(f"invalid completion request: {exc.errors()[:3]}", 400) from None
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             status = self._take_failure()
             if status is not None:
                 raise ApiError("injected failure", status, "InternalServerError")
-            return self.complete(req)
+            return Response(self.complete(req).model_dump_json(), media_type="application/json")
 
         @app.get("/v1/models")
         async def models() -> ModelList:

@@ -103,6 +103,7 @@ async def test_llm_5xx_is_retried_then_the_group_fails_and_its_prompt_is_requeue
     settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=2)
     fake_llm.fail_next(2)  # both tries of the first call
     producer = await run_producer(settings, redis_client, max_groups=2)
+    assert fake_llm.requests == 2 + len(fake_llm.calls)  # the failing call was tried exactly twice
     assert producer.failures == {"inference_http_500": 1} and producer.stats.published == 1
     (group,) = read_groups(redis_client)
     assert producer.prompts.attempts == {group.prompt_id: 1}  # the failed prompt was retried first, and won
@@ -123,6 +124,20 @@ def retriever_503() -> FastAPI:
         return JSONResponse({"error": {"message": "index reloading"}}, status_code=503)
 
     return app
+
+
+async def test_llm_down_fails_groups_and_the_loop_survives(make_settings, redis_client):
+    settings = make_settings(f"http://127.0.0.1:{free_port()}", agent="search-r1", n_samples=2)
+    producer = await run_producer(settings, redis_client, max_groups=2)
+    assert producer.failures == {"inference_unreachable": 2} and producer.stats.published == 0
+    assert len(producer.prompts.retry) == 2
+
+
+async def test_llm_4xx_is_not_retried(fake_llm, make_settings, redis_client):
+    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1,
+                             model_name="policy-v9")  # an adapter the server does not have: 404
+    producer = await run_producer(settings, redis_client, max_groups=1)
+    assert producer.failures == {"inference_http_404": 1} and fake_llm.requests == 1
 
 
 @pytest.mark.parametrize("mode", ["down", "503"])

@@ -1,0 +1,20 @@
+"""Every shipped recipe loads into the rollout and searcher settings (unknown keys would be errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.rollout.config import RolloutSettings
+from services.searcher.config import SearcherSettings
+from shared.agents import AGENTS
+
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_recipe_loads(path):
+    rollout = RolloutSettings.load(recipe=path)
+    assert rollout.agent in AGENTS and rollout.budgets()["executor"].max_turns >= 1
+    assert SearcherSettings.load(recipe=path).max_turns >= 1
