@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from shared.agents.aio_llm import AiohttpCompletions
-from shared.inference_client import InferenceClient
+if TYPE_CHECKING:  # aiohttp is needed only where the rollout builds that transport
+    from shared.agents.aio_llm import AiohttpCompletions
+    from shared.inference_client import InferenceClient
 
 
 @dataclass(frozen=True)
