@@ -235,3 +235,33 @@ async def test_lora_version_switch_changes_model_and_token_versions():
 from shared.agents.tokenizer import CharTokenizer  # noqa: E402
 
 CTX_TOK = CharTokenizer()
+
+
+async def test_tasks_of_one_planner_turn_run_concurrently():
+    """Two tasks in one planner turn (a model that writes both before its stop string fires): both
+    executors must be in flight together, and both results come back in task order."""
+    import asyncio
+
+    from shared.agents.llm import Generation
+
+    barrier = asyncio.Barrier(2)
+    tok = CTX_TOK
+
+    class TwoTasks:
+        async def generate(self, prompt_ids, *, stop, max_tokens):
+            prompt = tok.decode(prompt_ids)
+            if PLANNER_SYSTEM[:40] in prompt:
+                text = ("<answer> both </answer>" if "<result>" in episode_part(prompt)
+                        else "<task> first? </task><task> second? </task>")
+            else:
+                await asyncio.wait_for(barrier.wait(), 2)  # deadlocks (times out) if executors run one by one
+                text = f"<answer> {episode_part(prompt).strip() or prompt.split('Question: ')[-1][:7]} </answer>"
+            ids = tok.encode(text)
+            return Generation(ids, [-0.5] * len(ids), text, "stop", "</answer>", 3)
+
+    ctx, _ = make_ctx(scripted())
+    ctx.policy = TwoTasks()
+    episode = await run_episode("coda", ctx, RECORD)
+    assert episode.info["tasks"] == ["first?", "second?"] and len(episode.children) == 2
+    results = episode.main.response_text.split("</task>")[-1]
+    assert results.count("<result>") == 2 and results.index("first?") < results.index("second?")
