@@ -39,13 +39,19 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
             admission = Admission(settings.max_staleness, settings.groups_per_step, accepted=accepted,
                                   max_running=settings.max_running_groups)
+            metrics = metrics_holder["metrics"]
+
+            async def on_version(version: int) -> None:
+                metrics.version.labels("rollout").set(version)
+                await admission.set_version(version)
+
             follower = WeightFollower(client, ctx.policy.state, stream=settings.weights_stream,
-                                      version_key=settings.version_key, on_version=admission.set_version)
+                                      version_key=settings.version_key, on_version=on_version)
             await follower.start()
-            await admission.set_version(ctx.policy.state.version)
+            await on_version(ctx.policy.state.version)
             publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
             producer = Producer(settings, ctx, publisher=publisher, client=client, admission=admission,
-                                metrics=metrics_holder["metrics"], embed=make_embedder(settings.embedder),
+                                metrics=metrics, embed=make_embedder(settings.embedder),
                                 prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs))
             app.state.producer, app.state.redis = producer, client
             tasks = [asyncio.create_task(follower.run(), name="weights"),
