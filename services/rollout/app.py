@@ -49,6 +49,11 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                                       version_key=settings.version_key, on_version=on_version)
             await follower.start()
             await on_version(ctx.policy.state.version)
+            if admission.capacity < 0:
+                log.warning("more groups were published than the trainer's version allows; the rollout waits for "
+                            "the trainer to catch up (for a fresh run, delete the counter key)",
+                            extra={"key": settings.published_key, "accepted": accepted,
+                                   "version": ctx.policy.state.version, "capacity": admission.capacity})
             publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
             producer = Producer(settings, ctx, publisher=publisher, client=client, admission=admission,
                                 metrics=metrics, embed=make_embedder(settings.embedder),
