@@ -33,7 +33,7 @@ def read_groups(client, count: int = 100) -> list[TrajectoryGroup]:
     return [e.message for e in queue.read(count=count)]
 
 
-def wait_for(predicate, timeout_s: float = 20.0) -> None:
+def wait_for(predicate, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
