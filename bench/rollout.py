@@ -75,11 +75,15 @@ class InProcessLLM:
 
     def __init__(self, delay_s: float) -> None:
         self.fake, self.delay_s = FakeLLM(CharTokenizer(), protocol_script, record=False), delay_s
+        self.fake_cpu_s = 0.0  # CPU spent inside the fake model itself (not part of the rollout's cost)
 
     async def generate(self, prompt_ids, *, stop, max_tokens):
         await asyncio.sleep(self.delay_s)
         body = completion_body("policy", list(prompt_ids), max_tokens=max_tokens, stop=list(stop))
-        out = parse_completion(self.fake.complete(CompletionRequest.model_construct(**body)).model_dump())
+        start = time.process_time()
+        response = self.fake.complete(CompletionRequest.model_construct(**body)).model_dump()
+        self.fake_cpu_s += time.process_time() - start
+        out = parse_completion(response)
         return _generation(out.choices[0], 0)
 
 
@@ -118,9 +122,10 @@ async def run_level(ctx: AgentContext, records, concurrency: int, seconds: float
                 done.append(time.perf_counter() - t)
             i += concurrency
 
+    fake_before = getattr(ctx.policy, "fake_cpu_s", 0.0)
     cpu = time.process_time()
     await asyncio.gather(*(worker(k) for k in range(concurrency)))
-    cpu = time.process_time() - cpu
+    cpu = time.process_time() - cpu - (getattr(ctx.policy, "fake_cpu_s", 0.0) - fake_before)
     elapsed = seconds
     return {"concurrency": concurrency, "episodes": len(done), "rate": len(done) / elapsed,
             "latency_s": statistics.median(done) if done else float("nan"),
@@ -176,7 +181,10 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "",
         "`http`: the agents call the fake LLM over HTTP through `shared.inference_client` (the production "
         "path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
-        "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost.",
+        "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost. The CPU column "
+        "is this process's CPU time per finished episode; for `in-process` the fake model's own work is "
+        "subtracted, so it is the agents' orchestration (turn engine, token bookkeeping, request building and "
+        "parsing, the batched retriever client).",
         "",
         "| LLM path | concurrent episodes | episodes in window | rate (ep/s) | ideal (ep/s) | rate / ideal | "
         "median episode latency (ms) | latency overhead per episode (ms) | rollout CPU per episode (ms) | "
