@@ -61,6 +61,8 @@ class Server:
         self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
                              seed=settings.seed, metrics=metrics)
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
+        metrics.running.set_function(lambda: self.engine.num_running)
+        metrics.waiting.set_function(lambda: self.engine.num_waiting)
 
     def resolve_model(self, name: str | None) -> str | None:
         """The adapter a request's ``model`` names (None = base), or vLLM's 404."""

@@ -141,5 +141,7 @@ def test_models_health_metrics(client, server_url):
     assert client.health()
     text = httpx.get(f"{server_url}/metrics").text
     for name in ("coda_inference_requests_total", "coda_inference_tokens_per_second",
-                 "coda_inference_loaded_adapters", "coda_inference_weight_version"):
+                 "coda_inference_loaded_adapters", "coda_inference_weight_version",
+                 "coda_inference_running_sequences 0.0", "coda_inference_waiting_requests 0.0",
+                 "coda_inference_generation_tokens_total", "coda_inference_step_seconds_bucket"):
         assert name in text
