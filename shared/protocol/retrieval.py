@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RetrievalMode = Literal["hybrid", "dense", "sparse"]
 FusionMethod = Literal["minmax", "rrf", "zscore"]
@@ -77,6 +77,13 @@ class RetrieveRequest(BaseModel):
                                         description="Convex weight of the BM25 side (minmax/zscore)")
     depth: int | None = Field(None, ge=1, description="Candidates taken from each side before fusing")
     rrf_k: float | None = Field(None, gt=0, description="RRF constant k (score = sum 1/(k + rank))")
+
+    @field_validator("topk", "depth", mode="before")
+    @classmethod
+    def _no_bools(cls, value):
+        if isinstance(value, bool):  # pydantic would read true as 1: almost certainly a client bug
+            raise ValueError("must be an integer, not a boolean")
+        return value
 
 
 class RetrieveResponse(BaseModel):

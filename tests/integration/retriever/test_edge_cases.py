@@ -103,6 +103,7 @@ BAD = [
     ({"queries": [None]}, "queries"),
     ({"queries": ["a"], "topk": -1}, "topk"),
     ({"queries": ["a"], "topk": "three"}, "topk"),
+    ({"queries": ["a"], "topk": True}, "boolean"),
     ({"queries": ["a"], "topk": TEST_LIMITS["max_topk"] + 1}, "limit"),
     ({"queries": ["a"], "mode": "fuzzy"}, "mode"),
     ({"queries": ["a"], "fusion": "max"}, "fusion"),
