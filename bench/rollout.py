@@ -188,14 +188,18 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "",
         "| LLM path | concurrent episodes | episodes in window | rate (ep/s) | ideal (ep/s) | rate / ideal | "
         "median episode latency (ms) | latency overhead per episode (ms) | rollout CPU per episode (ms) | "
-        "host load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "rollout cores the ideal rate needs | host load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['concurrency']} | {r['episodes']} | {r['rate']:.1f} | "
                      f"{r['ideal']:.1f} | **{r['ratio']:.2f}** | {1000 * r['latency_s']:.1f} | "
-                     f"{r['overhead_ms']:.1f} | {r['cpu_ms_per_episode']:.2f} | {r['load']:.1f} |")
-    lines += ["", f"Window: {args.seconds:.0f} s per level after 1 s of warm-up.", ""]
+                     f"{r['overhead_ms']:.1f} | {r['cpu_ms_per_episode']:.2f} | "
+                     f"{r['ideal'] * r['cpu_ms_per_episode'] / 1000:.2f} | {r['load']:.1f} |")
+    lines += ["", f"Window: {args.seconds:.0f} s per level after 1 s of warm-up. \"Rollout cores the ideal rate "
+              "needs\" = ideal rate × rollout CPU per episode: where it exceeds the CPU this process can get "
+              "(one core at most, less on a shared host), the rate is CPU-bound, not latency-bound, and more "
+              "concurrency cannot help; run more rollout processes on a host with more cores.", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")

@@ -20,11 +20,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fastapi import Request, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from shared.agents.tokenizer import TokenizerLike
-from shared.http import ApiError, create_app
+from shared.http import ApiError, error_body
 from shared.prompts import PLANNER_SYSTEM
 from shared.protocol.inference import (
     TOKEN_ID_PREFIX,
@@ -120,24 +121,30 @@ class FakeLLM:
         text = reply if req.include_stop_str_in_output or not stop_reason else reply[: -len(stop_reason)]
         return ids, text, finish, stop_reason
 
-    def app(self):
-        app, _ = create_app("fake-llm", description="Scripted vLLM-shaped completions server")
+    def app(self) -> FastAPI:
+        """A bare FastAPI app (no house middlewares): the fake's own CPU cost must stay small next to the
+        agents' on a shared benchmark host. Errors use the house/vLLM error body."""
+        app = FastAPI(title="coda-stack fake LLM", description="Scripted vLLM-shaped completions server")
+
+        @app.get("/health")
+        async def health() -> dict:
+            return {"status": "ok", "service": "fake-llm"}
 
         @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
-            # Raw body in, serialised model out: no FastAPI re-validation, so the fake's own CPU cost stays
-            # small next to the agents' on a shared benchmark host.
             self.requests += 1
             try:
                 req = CompletionRequest.model_validate_json(await request.body())
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                status = self._take_failure()
+                if status is not None:
+                    raise ApiError("injected failure", status, "InternalServerError")
+                return Response(self.complete(req).model_dump_json(), media_type="application/json")
             except ValidationError as exc:
-                raise ApiError(f"invalid completion request: {exc.errors()[:3]}", 400) from None
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-            status = self._take_failure()
-            if status is not None:
-                raise ApiError("injected failure", status, "InternalServerError")
-            return Response(self.complete(req).model_dump_json(), media_type="application/json")
+                return JSONResponse(error_body(f"invalid completion request: {exc.errors()[:3]}", 400), 400)
+            except ApiError as exc:
+                return JSONResponse(error_body(exc.message, exc.status_code, exc.type_), exc.status_code)
 
         @app.get("/v1/models")
         async def models() -> ModelList:
