@@ -108,8 +108,11 @@ async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict:
         batch = prompts(args.requests, 4000)
         await run_load(url, batch[:4], 8, True)  # warm-up
         seq_s, seq_tokens = await run_load(url, batch, args.max_tokens, concurrent=False)
+        print(f"[{size}] one at a time: {seq_tokens} tokens in {seq_s:.1f}s", file=sys.stderr, flush=True)
         con_s, con_tokens = await run_load(url, batch, args.max_tokens, concurrent=True)
+        print(f"[{size}] concurrent: {con_tokens} tokens in {con_s:.1f}s", file=sys.stderr, flush=True)
         updates = await weight_updates(url, model_dir, root, adapter, args.repeats)
+        print(f"[{size}] weight updates: {updates}", file=sys.stderr, flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -164,6 +164,8 @@ class Engine:
             if op.ready is not None and not op.ready():
                 return True
             self.ops.popleft()
+            if not op.future.set_running_or_notify_cancel():
+                continue  # the caller went away before it ran: nothing to do
             try:
                 op.future.set_result(op.run())
             except Exception as exc:
@@ -182,7 +184,7 @@ class Engine:
             try:
                 self._prefill(request)
             except Exception as exc:
-                request.future.set_exception(exc)
+                _resolve(request.future, error=exc)
 
     def _prefill(self, request: GenerationRequest) -> None:
         missing = request.adapters - self.runner.adapters
@@ -204,6 +206,9 @@ class Engine:
         self._reap()
 
     def _step(self) -> None:
+        self._abort_cancelled()
+        if not self.running:
+            return
         start = time.perf_counter()
         rows = list(self.running)
         logits = self.runner.decode(self.kv, [s.out_ids[-1] for s in rows], [s.adapter for s in rows])
@@ -242,6 +247,13 @@ class Engine:
             finish = Finish("length")
         return finish
 
+    def _abort_cancelled(self) -> None:
+        """Stop decoding for requests whose caller is gone (their futures were cancelled)."""
+        for seq in self.running:
+            if self.owners[id(seq)].future.cancelled():
+                seq.finish = Finish("abort")
+        self._reap()
+
     def _reap(self) -> None:
         """Remove finished rows from the batch and complete requests whose choices are all done."""
         keep = [i for i, s in enumerate(self.running) if s.finish is None]
@@ -257,7 +269,7 @@ class Engine:
                 if self.metrics:
                     self.metrics.on_request_done(sum(len(s.prompt) for s in request.sequences),
                                                  sum(len(s.out_ids) for s in request.sequences))
-                request.future.set_result((request.sequences, request.version))
+                _resolve(request.future, (request.sequences, request.version))
 
     def _final_text(self, seq: Sequence) -> str:
         p, finish = seq.params, seq.finish
@@ -273,11 +285,21 @@ class Engine:
         requests = {id(r): r for r in self.owners.values()}
         requests.update({id(r): r for r in self.waiting})
         for request in requests.values():
-            if not request.future.done():
-                request.future.set_exception(exc)
+            _resolve(request.future, error=exc)
         self.running, self.owners = [], {}
         self.waiting.clear()
         self.kv = KVBatch(self.runner.num_layers)
+
+
+def _resolve(future: Future, result: Any = None, error: Exception | None = None) -> None:
+    """Complete ``future`` unless its caller already cancelled it (a cancel can race with completion)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
 
 
 def make_generators(seed: int | None, count: int) -> list[torch.Generator | None]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Finish:
-    reason: str  # "stop" | "length"
+    reason: str  # "stop" | "length" | "abort" (the caller went away)
     stop_reason: int | str | None = None
     text_end: int | None = None  # cut the text here (stop strings)
 

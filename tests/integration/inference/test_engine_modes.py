@@ -57,3 +57,24 @@ def test_eos_ends_with_the_id_kept_and_no_stop_reason(runner):
         engine.stop()
     assert seq.out_ids[-1] == first and len(seq.out_ids) <= 3
     assert seq.finish.reason == "stop" and seq.finish.stop_reason is None
+
+
+def test_cancelled_request_stops_decoding(runner):
+    import time
+
+    engine = Engine(runner)
+    engine.start()
+    try:
+        params = SamplingParams(max_tokens=400, ignore_eos=True)
+        request = GenerationRequest([Sequence(prompt=PROMPT, params=params, adapter=None, generator=None)])
+        engine.submit(request)
+        deadline = time.monotonic() + 30
+        while not engine.num_running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert request.future.cancel()
+        while engine.num_running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.num_running == 0 and engine.alive
+        assert len(run(engine, SamplingParams(max_tokens=3, ignore_eos=True), n=1)[0].out_ids) == 3
+    finally:
+        engine.stop()
