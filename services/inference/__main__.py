@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary size (default: 4096)")
     tiny.add_argument("--max-texts", type=int, default=None, help="use at most this many lines of text")
     tiny.add_argument("--max-len", type=int, default=2048, help="context length of the model (default: 2048)")
+    tiny.add_argument("--extra-tokens", default=None, metavar="FILE",
+                      help="file with one string per line to add as single tokens (e.g. entity names)")
 
     serve = sub.add_parser("serve", help="serve a model with vLLM's OpenAI-compatible API (CPU)",
                            description="Serve /v1/completions, /v1/models, LoRA load/unload, "
@@ -47,12 +49,15 @@ def _parser() -> argparse.ArgumentParser:
 def make_tiny(args: argparse.Namespace) -> int:
     from services.inference.factory import build_tiny_model, count_parameters, read_texts
 
-    missing = [t for t in args.text if not Path(t).is_file()]
+    missing = [t for t in [*args.text, *([args.extra_tokens] if args.extra_tokens else [])] if not Path(t).is_file()]
     if missing:
         print(f"error: text file(s) not found: {', '.join(missing)}", file=sys.stderr)
         return 2
+    extra = []
+    if args.extra_tokens:
+        extra = [line.strip() for line in Path(args.extra_tokens).read_text().splitlines() if line.strip()]
     out = build_tiny_model(args.out, read_texts(args.text, args.max_texts), size=args.size, seed=args.seed,
-                           vocab_size=args.vocab_size, max_len=args.max_len)
+                           vocab_size=args.vocab_size, max_len=args.max_len, extra_tokens=extra)
     print(f"wrote {out} ({count_parameters(out):,} parameters, size={args.size}, seed={args.seed})")
     return 0
 

@@ -74,8 +74,12 @@ def read_texts(paths: Iterable[str | Path], limit: int | None = None) -> Iterato
                         return
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` with pad/eos/chat specials and the tags as added tokens."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096, extra_tokens: Iterable[str] = ()):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with pad/eos/chat specials and the tags as added tokens.
+
+    ``extra_tokens`` become single (non-special) tokens too, e.g. the entity names of a synthetic world
+    that should each be one id whatever the BPE merges learned.
+    """
     from tokenizers import (
         AddedToken,
         Regex,
@@ -98,7 +102,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in all_tag_tokens()])
+    added = list(dict.fromkeys([*all_tag_tokens(), *extra_tokens]))
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS,
                                    additional_special_tokens=[IM_START])
     fast.padding_side = "left"
@@ -119,14 +124,14 @@ def model_config(tokenizer, size: Size, max_len: int = 2048):
 
 
 def build_tiny_model(out_dir: str | Path, texts: Iterable[str], size: Size = "tiny", seed: int = 0,
-                     vocab_size: int = 4096, max_len: int = 2048) -> Path:
+                     vocab_size: int = 4096, max_len: int = 2048, extra_tokens: Iterable[str] = ()) -> Path:
     """Train the tokenizer on ``texts``, build a random-init Qwen2 of ``size``, save both to ``out_dir``."""
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(texts, vocab_size)
+    tokenizer = train_tokenizer(texts, vocab_size, extra_tokens)
     config = model_config(tokenizer, size, max_len)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).float().eval()

@@ -49,6 +49,19 @@ def test_make_tiny_is_deterministic_and_loadable(tmp_path, capsys):
     assert chat.endswith("<|im_start|>assistant\n")
 
 
+def test_extra_tokens_are_single_ids(tmp_path):
+    names = tmp_path / "names.txt"
+    names.write_text("Zorblax Quintara\nVelmo\n")
+    assert main(["make-tiny", "--out", str(tmp_path / "m"), "--text", str(corpus()), "--max-texts", "200",
+                 "--vocab-size", "500", "--max-len", "64", "--extra-tokens", str(names)]) == 0
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "m")
+    ids = tok("Who rules Zorblax Quintara?", add_special_tokens=False)["input_ids"]
+    assert tok.convert_tokens_to_ids("Zorblax Quintara") in ids
+    assert tok.decode(ids) == "Who rules Zorblax Quintara?"
+
+
 def test_missing_text_file_is_a_clear_error(tmp_path, capsys):
     assert main(["make-tiny", "--out", str(tmp_path), "--text", str(tmp_path / "none.txt")]) == 2
     assert "not found" in capsys.readouterr().err
