@@ -36,7 +36,7 @@ from shared.agents.aio_llm import AiohttpCompletions  # noqa: E402
 from shared.agents.batching import BatchingRetriever  # noqa: E402
 from shared.agents.context import AgentContext  # noqa: E402
 from shared.agents.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
-from shared.agents.tokenizer import CharTokenizer  # noqa: E402
+from shared.agents.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
 from shared.agents.turns import Budget  # noqa: E402
 from shared.datasets import load_prompts  # noqa: E402
 from shared.inference_client import completion_body, parse_completion  # noqa: E402
@@ -57,6 +57,15 @@ def ensure_index(out: Path) -> Path:
     return out
 
 
+def ensure_tokenizer(out: Path) -> Path:
+    """A BPE tokenizer like a real model's (the tiny model factory's), so prompts have realistic lengths."""
+    if not (out / "tokenizer.json").is_file():
+        subprocess.run([sys.executable, "-m", "services.inference", "make-tiny", "--out", str(out), "--text",
+                        "data/hotpotqa/corpus.jsonl", "--max-texts", "3000", "--vocab-size", "4096"],
+                       cwd=REPO, check=True)
+    return out
+
+
 def start(cmd: list[str], url: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
     env.pop("PYTHONDONTWRITEBYTECODE")
@@ -73,8 +82,8 @@ class InProcessLLM:
     """The same scripted fake, called without HTTP (asyncio.sleep for the latency): isolates what the
     agents themselves cost from what the HTTP client and server cost."""
 
-    def __init__(self, delay_s: float) -> None:
-        self.fake, self.delay_s = FakeLLM(CharTokenizer(), protocol_script, record=False), delay_s
+    def __init__(self, tok, delay_s: float) -> None:
+        self.fake, self.delay_s = FakeLLM(tok, protocol_script, record=False), delay_s
         self.fake_cpu_s = 0.0  # CPU spent inside the fake model itself (not part of the rollout's cost)
 
     async def generate(self, prompt_ids, *, stop, max_tokens):
@@ -87,11 +96,11 @@ class InProcessLLM:
         return _generation(out.choices[0], 0)
 
 
-def make_ctx(llm_url: str, retriever_url: str, in_process_delay_s: float | None = None) -> AgentContext:
-    policy = (InProcessLLM(in_process_delay_s) if in_process_delay_s is not None
+def make_ctx(tok, llm_url: str, retriever_url: str, in_process_delay_s: float | None = None) -> AgentContext:
+    policy = (InProcessLLM(tok, in_process_delay_s) if in_process_delay_s is not None
               else PolicyGenerator(AiohttpCompletions(llm_url), PolicyState(), Sampling()))
     budget = Budget(max_turns=3, max_tokens=256, max_obs_tokens=2048, max_context_tokens=16000)
-    return AgentContext(tok=CharTokenizer(), policy=policy,
+    return AgentContext(tok=tok, policy=policy,
                         retriever=BatchingRetriever(AsyncRetrieverClient(retriever_url, max_connections=512)),
                         budgets={"planner": budget, "executor": budget}, topk=3)
 
@@ -135,9 +144,10 @@ async def run_level(ctx: AgentContext, records, concurrency: int, seconds: float
 async def bench(args) -> list[dict]:
     llm_url, retriever_url = f"http://127.0.0.1:{args.llm_port}", f"http://127.0.0.1:{args.retriever_port}"
     records = load_prompts("bundled:hotpotqa")
+    tok = CharTokenizer() if args.tokenizer == "char" else HFTokenizer(str(args.tokenizer))
     rows = []
     for variant in ("http", "in-process"):
-        ctx = make_ctx(llm_url, retriever_url, None if variant == "http" else args.delay_ms / 1000)
+        ctx = make_ctx(tok, llm_url, retriever_url, None if variant == "http" else args.delay_ms / 1000)
         retrieval = await retrieval_latency(ctx, [r.question for r in records])
         for c in args.concurrency:
             rows.append(await level(ctx, records, c, args, retrieval, variant))
@@ -172,7 +182,8 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         f"Fake LLM with a fixed {args.delay_ms:.0f} ms per call (separate process), the real retriever "
         f"(`--mode {args.retriever_mode}` over the 6,785-passage HotpotQA corpus, separate process), scripted `coda` "
         "episodes (planner task → executor search → executor answer → planner answer) driven by "
-        "`shared.agents` on uvloop in the benchmark process.",
+        f"`shared.agents` on uvloop in the benchmark process; tokenizer: "
+        f"{'one id per character' if args.tokenizer == 'char' else 'a 4096-token BPE with a chat template (the tiny-model factory)'}.",
         "",
         f"Critical path of one episode: {LLM_CALLS_ON_PATH} × {args.delay_ms:.0f} ms LLM + "
         f"{1000 * rows[0]['retrieval_s']:.1f} ms retrieval (unloaded median, measured before each variant) "
@@ -210,6 +221,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--seconds", type=float, default=6.0, help="timed window per level")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="fake LLM latency per call")
+    parser.add_argument("--tokenizer", default=str(REPO / "runs" / "bench-tokenizer"),
+                        help="tokenizer directory (built with the tiny-model factory if missing) or 'char'")
     parser.add_argument("--retriever-mode", choices=["sparse", "hybrid", "dense"], default="sparse",
                         help="retriever mode (default sparse: on a CPU-only host MiniLM query encoding would "
                              "dominate the critical path and the benchmark would measure the encoder)")
@@ -218,6 +231,8 @@ def main() -> None:
     args = parser.parse_args()
     args.llm_port, args.retriever_port = free_port(), free_port()
     index = ensure_index(args.index)
+    if args.tokenizer != "char":
+        args.tokenizer = str(ensure_tokenizer(Path(args.tokenizer)))
     logs = REPO / "runs" / "bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = [
@@ -225,7 +240,7 @@ def main() -> None:
                str(args.retriever_port), "--host", "127.0.0.1", "--device", "cpu", "--mode", args.retriever_mode],
               f"http://127.0.0.1:{args.retriever_port}", logs / "retriever.log"),
         start([sys.executable, "-m", "services.rollout", "fake-llm", "--port", str(args.llm_port), "--delay-ms",
-               str(args.delay_ms), "--no-record"], f"http://127.0.0.1:{args.llm_port}", logs / "fake-llm.log"),
+               str(args.delay_ms), "--no-record", "--tokenizer", args.tokenizer], f"http://127.0.0.1:{args.llm_port}", logs / "fake-llm.log"),
     ]
     try:
         import uvloop

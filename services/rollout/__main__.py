@@ -23,6 +23,8 @@ def parser() -> argparse.ArgumentParser:
     fake.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
     fake.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
     fake.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
+    fake.add_argument("--tokenizer", default="char",
+                      help="tokenizer directory the agents use ('char': the one-id-per-character test tokenizer)")
     return p
 
 
@@ -48,9 +50,9 @@ def main(argv: list[str] | None = None) -> None:
         import uvicorn
 
         from services.rollout.fake_llm import FakeLLM, protocol_script
-        from shared.agents.tokenizer import CharTokenizer
+        from services.rollout.runtime import load_tokenizer
 
-        fake = FakeLLM(CharTokenizer(), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record)
+        fake = FakeLLM(load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record)
         uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
         return
     settings = RolloutSettings.from_args(resolve_recipe(args))

@@ -165,7 +165,7 @@ def _stops(stop: str | list[str] | None) -> list[str]:
 
 # ---------------------------------------------------------------- a policy that follows every protocol
 def _last_question(prompt: str) -> str:
-    found = re.findall(r"(?:Question|Query): (.*)", prompt)
+    found = re.findall(r"(?:Question|Query): ([^\n<]*)", prompt)
     return found[-1].strip() if found else "the question"
 
 
