@@ -93,29 +93,44 @@ def _batch(rows: list[list[TrainSeq]], length: int, field_names: list[str], pack
     )
 
 
-def pack(seqs: list[TrainSeq], token_budget: int) -> list[MicroBatch]:
-    """First-fit-decreasing packing: each micro-batch is one row of at most ``token_budget`` tokens.
+def pack(seqs: list[TrainSeq], token_budget: int, row_tokens: int | None = None) -> list[MicroBatch]:
+    """Packed micro-batches: sequences first-fit-decreasing into rows, rows grouped up to ``token_budget`` slots.
 
-    A sequence longer than the budget gets a row of its own (and a warning): it is never truncated.
+    A row holds at most ``row_tokens`` tokens (default: the longest sequence, capped by the budget), so no
+    row is longer than an unpacked one would be: attention, which is quadratic in the row length wherever
+    no variable-length kernel exists (CPU), costs no more than with padding, while the padding itself is
+    gone. A sequence longer than the budget gets a row and a micro-batch of its own (and a warning): it is
+    never truncated.
     """
     if not seqs:
         return []
     field_names = sorted(seqs[0].fields)
-    bins: list[list[TrainSeq]] = []
+    longest = max(len(s.tokens) for s in seqs)
+    if longest > token_budget:
+        log.warning("sequence longer than the micro-batch budget", extra={"tokens": longest, "budget": token_budget})
+    cap = min(row_tokens or longest, token_budget)
+    rows: list[list[TrainSeq]] = []
     used: list[int] = []
     for s in sorted(seqs, key=lambda s: (-len(s.tokens), s.index)):
         n = len(s.tokens)
-        if n > token_budget:
-            log.warning("sequence longer than the micro-batch budget", extra={"tokens": n, "budget": token_budget})
         for i, u in enumerate(used):
-            if u + n <= token_budget:
-                bins[i].append(s)
+            if u + n <= cap:
+                rows[i].append(s)
                 used[i] += n
                 break
         else:
-            bins.append([s])
+            rows.append([s])
             used.append(n)
-    return [_batch([b], used[i], field_names, packed=True) for i, b in enumerate(bins)]
+    order = sorted(range(len(rows)), key=lambda i: -used[i])
+    batches: list[MicroBatch] = []
+    group: list[int] = []
+    for i in order:  # longest row first, so a group's first row sets its padded length
+        if group and used[group[0]] * (len(group) + 1) > token_budget:
+            batches.append(_batch([rows[j] for j in group], used[group[0]], field_names, packed=True))
+            group = []
+        group.append(i)
+    batches.append(_batch([rows[j] for j in group], used[group[0]], field_names, packed=True))
+    return batches
 
 
 def pad(seqs: list[TrainSeq], token_budget: int) -> list[MicroBatch]:

@@ -28,13 +28,14 @@ def test_packed_logprobs_equal_unpacked(attn):
     model.config._attn_implementation = attn
     policy = PolicyLogprobs(model, chunk=7)
     seqs = _seqs([5, 17, 1, 9, 30, 2, 12])
-    packed = pack(seqs, token_budget=40)
-    assert len(packed) < len(seqs)  # several samples really share a row
-    got = sequence_logprobs(policy, packed, torch.device("cpu"))
-    for s in seqs:
-        alone = sequence_logprobs(policy, pack([s], token_budget=1000), torch.device("cpu"))[s.index]
-        assert len(got[s.index]) == len(s.tokens)
-        assert torch.allclose(torch.tensor(got[s.index]), torch.tensor(alone), atol=1e-5), s.index
+    layouts = [pack(seqs, token_budget=40), pack(seqs, token_budget=80, row_tokens=40)]
+    for packed in layouts:
+        assert max(int((b.position_ids == 0).sum()) for b in packed) >= 3  # several samples share a row
+        got = sequence_logprobs(policy, packed, torch.device("cpu"))
+        for s in seqs:
+            alone = sequence_logprobs(policy, pack([s], token_budget=1000), torch.device("cpu"))[s.index]
+            assert len(got[s.index]) == len(s.tokens)
+            assert torch.allclose(torch.tensor(got[s.index]), torch.tensor(alone), atol=1e-5), s.index
     # The same holds for the padded layout (attention mask instead of position restarts).
     padded = sequence_logprobs(policy, pad(seqs, token_budget=64), torch.device("cpu"))
     for s in seqs:
@@ -46,7 +47,7 @@ def test_packing_would_leak_without_position_restarts():
     model = tiny_qwen2()
     policy = PolicyLogprobs(model)
     seqs = _seqs([6, 6])
-    (b,) = pack(seqs, token_budget=12)
+    (b,) = pack(seqs, token_budget=12, row_tokens=12)
     leaky = torch.arange(12).unsqueeze(0)
     with torch.no_grad():
         good, _ = policy(b.input_ids, b.position_ids, None, b.targets, b.seq >= 0)
@@ -57,7 +58,7 @@ def test_packing_would_leak_without_position_restarts():
 
 def test_layout_targets_and_fields_shift_by_one():
     seqs = _seqs([4, 3])
-    (b,) = pack(seqs, token_budget=8)
+    (b,) = pack(seqs, token_budget=8, row_tokens=8)
     # Longest first: the 4-token sequence, then the 3-token one.
     assert b.position_ids.tolist() == [[0, 1, 2, 3, 0, 1, 2]]
     t0, t1 = seqs[0].tokens, seqs[1].tokens
@@ -66,6 +67,13 @@ def test_layout_targets_and_fields_shift_by_one():
     assert b.fields["old"].tolist() == [[float(x) for x in (t0[1], t0[2], t0[3])] + [0.0]
                                         + [float(t1[1]), float(t1[2]), 0.0]]
     assert b.attention_mask is None and b.num_tokens == 7
+
+
+def test_rows_capped_by_longest_sequence_and_grouped_by_budget():
+    seqs = _seqs([8, 5, 3, 3, 2, 1])
+    batches = pack(seqs, token_budget=16)  # rows of at most 8 tokens: [8], [5+3], [3+2+1]; two rows per batch
+    assert [tuple(b.input_ids.shape) for b in batches] == [(2, 8), (1, 6)]
+    assert sum(b.num_tokens for b in batches) == 22
 
 
 def test_budget_respected_and_oversized_sequence_alone():
