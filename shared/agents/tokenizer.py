@@ -62,19 +62,35 @@ class HFTokenizer:
         self.tok = AutoTokenizer.from_pretrained(path)
         self.eos_token_id = self.tok.eos_token_id
         self.has_template = bool(getattr(self.tok, "chat_template", None))
+        # The Rust tokenizer directly: same ids as ``tok.encode``, without the Python wrapper's per-call cost
+        # (it runs once per observation and per prompt on the rollout's hot path).
+        self.fast = getattr(self.tok, "backend_tokenizer", None)
+        self._rendered: dict[tuple, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
+        if self.fast is not None:
+            return self.fast.encode(text, add_special_tokens=False).ids
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:
+        if self.fast is not None:
+            return self.fast.decode(ids, skip_special_tokens=False)
         return self.tok.decode(ids, skip_special_tokens=False)
 
     def render(self, messages: Messages) -> list[int]:
-        if self.has_template:
-            text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:
-            text = plain_render(messages)
-        return self.encode(text)
+        """Prompt ids of ``messages``; cached, since the ``n`` samples of a group share their prompt."""
+        key = tuple((m["role"], m["content"]) for m in messages)
+        ids = self._rendered.get(key)
+        if ids is None:
+            if self.has_template:
+                text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            else:
+                text = plain_render(messages)
+            ids = self.encode(text)
+            if len(self._rendered) >= 4096:
+                self._rendered.clear()
+            self._rendered[key] = ids
+        return list(ids)
 
     def tool_turn(self, content: str) -> str:
         """The text that closes an assistant turn that stopped at ``</tool_call>`` and opens the next one
