@@ -53,11 +53,9 @@ class Observer:
                                           buckets=LATENCY_BUCKETS, registry=registry)
         self.run = None
         if wandb_project:
-            os.environ.setdefault("WANDB_MODE", wandb_mode)
-            os.environ.setdefault("WANDB_DIR", str(self.dir))
             import wandb
 
-            self.run = wandb.init(project=wandb_project, config=config or {}, dir=str(self.dir), resume="allow")
+            self.run = wandb.init(project=wandb_project, config=config or {}, dir=str(self.dir), mode=wandb_mode)
 
     def record(self, rec: dict[str, float]) -> None:
         """Export one step's record everywhere."""

@@ -23,7 +23,8 @@ def _args(tmp, model, sft, url) -> list[str]:
     return ["--model", str(model), "--redis-url", url, "--groups-per-step", str(PER_STEP),
             "--max-steps", str(STEPS), "--checkpoint-dir", str(tmp / "ckpt"), "--weights-dir", str(tmp / "w"),
             "--log-dir", str(tmp / "logs"), "--port", "0", "--sft-data", str(sft), "--micro-batch-tokens", "48",
-            "--lr", "1e-3", "--read-block-ms", "100", "--max-staleness", "1000", "--keep-checkpoints", "2"]
+            "--lr", "1e-3", "--read-block-ms", "100", "--max-staleness", "1000", "--keep-checkpoints", "2",
+            "--kl-coef", "0.01"]  # the fixed reference model's path runs too
 
 
 def _kill_at_random(proc, tmp, rng) -> int:

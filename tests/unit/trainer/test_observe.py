@@ -37,3 +37,13 @@ def test_jsonl_gauges_and_plots(tmp_path):
     holder["t"].ready.set()
     assert client.get("/health").status_code == 200
     assert client.get("/status").json()["version"] == 3
+
+
+def test_wandb_offline_run_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    obs = Observer(None, str(tmp_path), plot_every=100, wandb_project="coda-test", wandb_mode="offline",
+                   config={"lr": 1e-3})
+    obs.record(_rec(1))
+    obs.close()
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert runs and runs[0].stat().st_size > 0
