@@ -190,8 +190,9 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         f"= **{1000 * crit:.1f} ms**. "
         "Ideal rate = concurrency ÷ critical path.",
         "",
-        "`http`: the agents call the fake LLM over HTTP through `shared.inference_client` (the production "
-        "path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
+        "`http`: the agents call the fake LLM over HTTP with the rollout's LLM transport "
+        "(`shared.agents.aio_llm`: aiohttp, with `shared.inference_client`'s request body and parser; the "
+        "production path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
         "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost. The CPU column "
         "is this process's CPU time per finished episode; for `in-process` the fake model's own work is "
         "subtracted, so it is the agents' orchestration (turn engine, token bookkeeping, request building and "
