@@ -80,6 +80,8 @@ class RolloutSettings(ServiceSettings):
     tool_reward_weights: dict[str, float] = Field(
         default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
         description="Tool agent: weights of mrr / answer_similarity / format")
+    reward_combination: Literal["explicit", "uniform", "std", "pca", "l2"] = Field(
+        "explicit", description="Tool agent: how a group's components combine (explicit = tool_reward_weights)")
     embedder: Literal["hashing", "minilm"] = Field(
         "hashing", description="Embeddings for similarity rewards: hashing (fast, lexical) or minilm")
 

@@ -23,7 +23,7 @@ from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
 from services.rollout.metrics import RolloutMetrics
-from services.rollout.scoring import build_group, score_episode
+from services.rollout.scoring import build_group, combine_group, score_episode
 from shared.agents import run_episode
 from shared.agents.context import AgentContext, Episode
 from shared.datasets import PromptRecord
@@ -159,7 +159,7 @@ class Producer:
     def _score(self, record: PromptRecord, results: list[tuple[Episode, float]], version: int,
                timing: dict[str, float]) -> TrajectoryGroup:
         episodes = [e for e, _ in results]
-        rewards = [score_episode(self.s, record, e, self.embed) for e in episodes]
+        rewards = combine_group(self.s, [score_episode(self.s, record, e, self.embed) for e in episodes])
         timing["episode_s_mean"] = sum(s for _, s in results) / len(results)
         timing["episode_s_max"] = max(s for _, s in results)
         for (episode, seconds), reward in zip(results, rewards, strict=True):

@@ -16,6 +16,7 @@ from shared.agents.context import Episode
 from shared.answers import answer_scores, numeric_match
 from shared.datasets import PromptRecord, gold_doc_ids
 from shared.protocol import TrajectoryGroup
+from shared.rewards.combine import combine_rewards
 from shared.rewards.efficiency import think_format_fraction
 from shared.rewards.recipes import coda_reward, recursive_reasoner_reward, search_r1_reward, tool_agent_reward
 from shared.rewards.result import RewardResult
@@ -45,6 +46,21 @@ def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Epis
                                  think_fraction=think_format_fraction(episode.info["messages"]),
                                  weights=settings.tool_reward_weights)
     raise ValueError(f"no reward for recipe {recipe!r}")
+
+
+TOOL_COMPONENTS = ("mrr", "answer_similarity", "format")
+
+
+def combine_group(settings: RolloutSettings, rewards: list[RewardResult]) -> list[RewardResult]:
+    """Tool agent with a group-level scheme (uniform/std/PCA/L2): re-combine the group's components; the
+    weights each component got are kept as ``weight_<name>`` components. Other recipes: unchanged."""
+    if settings.agent != "tool-agent" or settings.reward_combination == "explicit":
+        return rewards
+    combined = combine_rewards({k: [r.components[k] for r in rewards] for k in TOOL_COMPONENTS},
+                               settings.reward_combination)
+    weights = {f"weight_{k}": w for k, w in combined.weights.items()}
+    return [RewardResult(reward=float(value), components={**r.components, **weights})
+            for r, value in zip(rewards, combined.rewards, strict=True)]
 
 
 def answer_metrics(recipe: str, record: PromptRecord, answer: str | None) -> dict[str, float]:
