@@ -33,7 +33,7 @@ test-fast: setup  ## unit tests only
 	$(PY) -m pytest -q tests/unit
 
 train: setup  ## the embedded default: local services, tiny model, bundled data
-	@echo "make train: the local stack is not assembled yet (see the open issues); nothing to run." >&2; exit 2
+	$(PY) -m services.stack train --recipe configs/tiny-cpu.toml
 
 # ---------------------------------------------------------------- docker compose (GPU hosts; PROFILE=cpu on a laptop)
 PROFILE ?= gpu

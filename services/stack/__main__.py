@@ -1,0 +1,44 @@
+"""``python -m services.stack train``: run a recipe end to end with every service as a local process.
+
+    python -m services.stack train --recipe configs/tiny-cpu.toml
+
+This is what ``make train`` runs: no Docker, no GPU, a tiny model built on the spot, bundled data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from services.stack.config import StackSettings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.stack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
+    StackSettings.add_arguments(train)
+    args = parser.parse_args(argv)
+    if not args.recipe:
+        parser.error("--recipe is required (e.g. configs/tiny-cpu.toml)")
+
+    from services.stack.supervisor import ServiceFailed
+    from services.stack.train import LocalStack, say
+    from shared.log import configure_logging
+
+    configure_logging()
+    stack = LocalStack(args.recipe, StackSettings.from_args(args))
+    try:
+        print(stack.run_all())
+    except KeyboardInterrupt:
+        say("interrupted: every service was stopped")
+        return 130
+    except (ServiceFailed, RuntimeError, FileNotFoundError) as exc:
+        say(f"FAILED: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Settings of the local stack (``[stack]`` in a recipe, env prefix ``CODA_STACK_``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from shared.settings import ServiceSettings, service_config
+
+
+class StackSettings(ServiceSettings):
+    """What ``make train`` runs: where, which data, how big a model, how long to train, what to evaluate."""
+
+    model_config = service_config("CODA_STACK_")
+    toml_section: ClassVar[str] = "stack"
+
+    run_root: str = Field("runs/train", description="Each run gets a fresh timestamped folder under this one")
+    corpus: str = Field("data/lookup/corpus.jsonl", description="Corpus the retriever indexes (wiki-18 JSONL)")
+    train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
+    eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")
+    eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
+    model_size: str = Field("tiny", description="make-tiny size: tiny | small | base")
+    model_seed: int = Field(0, description="Seed of the tiny model's initialisation")
+    vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the tiny model's tokenizer")
+    entity_tokens: bool = Field(True, description="Make the corpus titles whole tokens of the tokenizer")
+    max_context: int = Field(512, ge=64, description="Context length of the tiny model")
+    sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
+    sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
+    train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
+    progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")

@@ -1,0 +1,87 @@
+"""What ``make train`` prints: progress lines from the trainer's JSONL log and the before/after summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Metrics of the greedy eval shown side by side (those the eval reports; missing ones are left out).
+EVAL_METRICS = ("search_hit", "em", "f1")
+
+
+@dataclass
+class EvalResult:
+    path: Path
+    n: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    failed: int = 0
+
+    def headline(self) -> str:
+        parts = [f"{k}={v:.3f}" for k, v in self.metrics.items()]
+        return f"{self.n} held-out prompts, " + " ".join(parts) + (f", {self.failed} failed" if self.failed else "")
+
+
+def read_eval(folder: Path) -> EvalResult:
+    """The newest eval JSON in ``folder`` (``python -m services.rollout eval`` writes one per run)."""
+    files = sorted(Path(folder).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise FileNotFoundError(f"no eval result in {folder}")
+    doc = json.loads(files[-1].read_text())
+    overall = doc["by_source"].get("ALL") or next(iter(doc["by_source"].values()))
+    metrics = {k: float(overall[k]) for k in EVAL_METRICS if k in overall}
+    return EvalResult(path=files[-1], n=int(overall["n"]), metrics=metrics, failed=int(doc.get("failed", 0)))
+
+
+def read_log(log_file: Path) -> list[dict]:
+    if not log_file.is_file():
+        return []
+    rows = []
+    for line in log_file.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written right now
+            continue
+    return rows
+
+
+def _window_mean(rows: list[dict], key: str, first: bool, width: int = 5) -> float | None:
+    values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+    if not values:
+        return None
+    part = values[:width] if first else values[-width:]
+    return sum(part) / len(part)
+
+
+def training_progress(log_file: Path, max_steps: int, elapsed_s: float) -> tuple[int, str]:
+    """(last step logged, a progress line)."""
+    rows = read_log(log_file)
+    if not rows:
+        return 0, f"training: waiting for the first step ({elapsed_s:.0f}s)"
+    last = rows[-1]
+    step = int(last.get("step", len(rows)))
+    parts = [f"step {step}/{max_steps or '∞'}", f"{elapsed_s:.0f}s"]
+    for key in ("reward_mean", "reward/f1", "loss", "sft_loss", "red/sft_loss_weight"):
+        if isinstance(last.get(key), int | float):
+            parts.append(f"{key}={last[key]:.3f}")
+    return step, "training: " + " ".join(parts)
+
+
+def render_summary(run: Path, before: EvalResult, after: EvalResult, seconds: float) -> str:
+    rows = read_log(run / "trainer" / "train.jsonl")
+    steps = int(rows[-1].get("step", len(rows))) if rows else 0
+    lines = ["", "=" * 64, f"make train finished in {seconds / 60:.1f} min ({steps} optimizer steps)", "",
+             f"| greedy eval, held-out ({after.n} prompts) | step 0 | step {steps} |", "|---|---|---|"]
+    for key in EVAL_METRICS:
+        if key in before.metrics or key in after.metrics:
+            b, a = before.metrics.get(key), after.metrics.get(key)
+            lines.append(f"| {key} | {_fmt(b)} | {_fmt(a)} |")
+    r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
+    lines.append(f"| training reward (mean of first/last 5 steps) | {_fmt(r0)} | {_fmt(r1)} |")
+    lines += ["", f"plots:       {run / 'trainer'}/*.png", f"checkpoints: {run / 'checkpoints'}",
+              f"evals:       {before.path}", f"             {after.path}", f"logs:        {run / 'logs'}", "=" * 64]
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"

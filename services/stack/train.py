@@ -1,0 +1,188 @@
+"""``make train``: the embedded default, end to end on one machine with no GPU and no Docker.
+
+1. a tiny model (tokenizer trained on the task's text) and the retriever's index, built into a fresh run folder;
+2. Redis, retriever and inference (and the searcher when the recipe's agent needs one) as local processes;
+3. SFT demonstrations from actually retrieved documents (for RED co-training), and a greedy eval at step 0;
+4. rollout + trainer until the trainer reaches ``max_steps``, with a progress line every few seconds;
+5. the same greedy eval on the trained weights, and a summary table of both evals side by side.
+
+Every service reads the same recipe (``CODA_RECIPE``); this runner only overrides what depends on the run:
+ports (free ones, so a second stack does not collide), URLs and the run folder's paths.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.stack.config import StackSettings
+from services.stack.report import EvalResult, read_eval, render_summary, training_progress
+from services.stack.supervisor import Service, Supervisor
+from shared.log import get_logger
+from shared.redis_server import free_port
+from shared.settings import read_recipe
+
+log = get_logger(__name__)
+PY = sys.executable
+
+
+@dataclass
+class Ports:
+    redis: int
+    retriever: int
+    inference: int
+    searcher: int
+    rollout: int
+    trainer: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(*(free_port() for _ in range(6)))
+
+
+class LocalStack:
+    """One run of a recipe with every service as a local process."""
+
+    def __init__(self, recipe: str, settings: StackSettings) -> None:
+        self.recipe = str(Path(recipe).resolve())
+        self.settings = settings
+        self.agent = read_recipe(recipe).get("rollout", {}).get("agent", "search-r1")
+        self.max_steps = read_recipe(recipe).get("trainer", {}).get("max_steps", 0)
+        self.run = Path(settings.run_root) / time.strftime("%Y%m%d-%H%M%S")
+        self.run.mkdir(parents=True, exist_ok=True)
+        self.ports = Ports.free()
+        self.started = time.time()
+
+    # ---------------------------------------------------------------- paths and env
+    @property
+    def model_dir(self) -> Path:
+        return self.run / "model"
+
+    def url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def env(self) -> dict[str, str]:
+        p, run = self.ports, self.run
+        redis_url = f"redis://127.0.0.1:{p.redis}/0"
+        return {
+            "CODA_RECIPE": self.recipe,
+            "CODA_RETRIEVER_INDEX_DIR": str(run / "index"), "CODA_RETRIEVER_PORT": str(p.retriever),
+            "CODA_RETRIEVER_HOST": "127.0.0.1",
+            "CODA_INFERENCE_MODEL": str(self.model_dir), "CODA_INFERENCE_PORT": str(p.inference),
+            "CODA_INFERENCE_WEIGHTS_ROOT": str(run.resolve()),
+            "CODA_SEARCHER_PORT": str(p.searcher), "CODA_SEARCHER_INFERENCE_URL": self.url(p.inference),
+            "CODA_SEARCHER_RETRIEVER_URL": self.url(p.retriever), "CODA_SEARCHER_TOKENIZER": str(self.model_dir),
+            "CODA_ROLLOUT_PORT": str(p.rollout), "CODA_ROLLOUT_REDIS_URL": redis_url,
+            "CODA_ROLLOUT_INFERENCE_URL": self.url(p.inference), "CODA_ROLLOUT_RETRIEVER_URL": self.url(p.retriever),
+            "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher), "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
+            "CODA_TRAINER_MODEL": str(self.model_dir), "CODA_TRAINER_REDIS_URL": redis_url,
+            "CODA_TRAINER_INFERENCE_URL": self.url(p.inference), "CODA_TRAINER_PORT": str(p.trainer),
+            "CODA_TRAINER_WEIGHTS_DIR": str(run / "weights"), "CODA_TRAINER_CHECKPOINT_DIR": str(run / "checkpoints"),
+            "CODA_TRAINER_LOG_DIR": str(run / "trainer"),
+        }
+
+    def service(self, name: str, args: list[str], health_port: int | None = None, **env: str) -> Service:
+        health = f"{self.url(health_port)}/health" if health_port else None
+        return Service(name, [PY, "-m", *args], health_url=health, env={**self.env(), **env})
+
+    # ---------------------------------------------------------------- phases
+    def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
+        """Run a one-shot command under the supervisor; fail the run with its log if it fails."""
+        started = time.time()
+        service = sup.start(self.service(name, args, **env))
+        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s)
+        if code != 0:
+            raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
+        sup.services.remove(service)
+        say(f"{name} done in {time.time() - started:.0f}s")
+
+    def prepare(self, sup: Supervisor) -> None:
+        s = self.settings
+        say(f"run folder: {self.run}")
+        tiny = ["services.inference", "make-tiny", "--out", str(self.model_dir), "--size", s.model_size,
+                "--seed", str(s.model_seed), "--vocab-size", str(s.vocab_size), "--max-len", str(s.max_context),
+                "--text", s.corpus, s.train_qa]
+        if s.entity_tokens:
+            titles = self.run / "entity_tokens.txt"
+            rows = Path(s.corpus).read_text().splitlines()
+            titles.write_text("".join(_title(json.loads(line)) + "\n" for line in rows if line.strip()))
+            tiny += ["--extra-tokens", str(titles)]
+        self.job(sup, "make-tiny", tiny)
+        self.job(sup, "index", ["services.retriever", "build", "--corpus", s.corpus, "--out", str(self.run / "index")])
+
+    def start_servers(self, sup: Supervisor) -> None:
+        p = self.ports
+        sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
+                                         str(self.run / "redis")]))
+        sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
+        sup.start(self.service("inference", ["services.inference", "serve"], p.inference))
+        if self.agent == "thinker-searcher":
+            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
+        say("servers healthy: " + ", ".join(s.name for s in sup.services))
+
+    def make_sft(self, sup: Supervisor) -> Path | None:
+        if not self.settings.sft:
+            return None
+        out = self.run / "sft.jsonl"
+        self.job(sup, "make-sft", ["services.trainer", "make-sft", "--model", str(self.model_dir),
+                                   "--retriever-url", self.url(self.ports.retriever), "--qa", self.settings.train_qa,
+                                   "--out", str(out), "--topk", str(self.settings.sft_topk)])
+        return out
+
+    def evaluate(self, sup: Supervisor, label: str) -> EvalResult:
+        out = self.run / "eval" / label
+        args = ["services.rollout", "eval", "--dataset", self.settings.eval_dataset, "--split", "all",
+                "--eval-output", str(out)]
+        if self.settings.eval_limit:
+            args += ["--eval-limit", str(self.settings.eval_limit)]
+        self.job(sup, f"eval-{label}", args)
+        return read_eval(out)
+
+    def train(self, sup: Supervisor, sft: Path | None) -> None:
+        env = {"CODA_TRAINER_SFT_DATA": str(sft)} if sft else {}
+        trainer = sup.start(self.service("trainer", ["services.trainer", "train"], self.ports.trainer, **env))
+        sup.start(self.service("rollout", ["services.rollout", "serve"], self.ports.rollout))
+        log_file = self.run / "trainer" / "train.jsonl"
+        start = time.time()
+        shown = {"step": -1, "at": 0.0}
+
+        def progress() -> None:
+            # A line per new step, or a heartbeat once a minute while a step is slow.
+            step, line = training_progress(log_file, self.max_steps, time.time() - start)
+            if step != shown["step"] or time.time() - shown["at"] > 60:
+                say(line)
+                shown.update(step=step, at=time.time())
+
+        code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
+                            tick_s=self.settings.progress_every_s)
+        if code != 0:
+            raise RuntimeError(f"trainer exited with code {code}; last log lines:\n{trainer.tail()}")
+        sup.services.remove(trainer)
+        rollout = next(s for s in sup.services if s.name == "rollout")
+        sup._stop(rollout)
+        sup.services.remove(rollout)
+        say(f"training done in {time.time() - start:.0f}s")
+
+    def run_all(self) -> str:
+        with Supervisor(self.run / "logs") as sup:
+            self.prepare(sup)
+            self.start_servers(sup)
+            sft = self.make_sft(sup)
+            before = self.evaluate(sup, "step0")
+            say(f"step-0 eval: {before.headline()}")
+            self.train(sup, sft)
+            after = self.evaluate(sup, "final")
+        return render_summary(self.run, before, after, time.time() - self.started)
+
+
+def _title(row: dict) -> str:
+    contents = row["contents"]
+    return contents.split("\n", 1)[0].strip().strip('"')
+
+
+def say(message: str) -> None:
+    """Progress for the person at the terminal (and the log)."""
+    print(f"[make train {time.strftime('%H:%M:%S')}] {message}", flush=True)
