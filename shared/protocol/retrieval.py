@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 RetrievalMode = Literal["hybrid", "dense", "sparse"]
 FusionMethod = Literal["minmax", "rrf", "zscore"]
@@ -82,7 +83,8 @@ class RetrieveRequest(BaseModel):
     @classmethod
     def _no_bools(cls, value):
         if isinstance(value, bool):  # pydantic would read true as 1: almost certainly a client bug
-            raise ValueError("must be an integer, not a boolean")
+            # A PydanticCustomError carries no exception object in its context, so the error body stays JSON.
+            raise PydanticCustomError("int_not_bool", "must be an integer, not a boolean")
         return value
 
 
