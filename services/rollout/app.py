@@ -72,15 +72,16 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 client.close()
 
-    def producer_alive() -> str:
-        task = next(t for t in app.state.tasks if t.get_name() == "producer")
+    def task_state(name: str) -> str:
+        task = next(t for t in app.state.tasks if t.get_name() == name)
         if task.done() and not task.cancelled() and task.exception() is not None:
-            raise RuntimeError(f"producer stopped: {task.exception()!r}")
+            raise RuntimeError(f"{name} stopped: {task.exception()!r}")
         return "finished" if task.done() else "running"
 
     app, registry = create_app("rollout", lifespan=lifespan, description="Agent episodes → trajectory groups",
                                health_checks={"redis": lambda: app.state.redis.ping() and "ok",
-                                              "producer": producer_alive})
+                                              "producer": lambda: task_state("producer"),
+                                              "weights": lambda: task_state("weights")})
     metrics_holder["metrics"] = RolloutMetrics(registry)
 
     @app.get("/status", tags=["rollout"], summary="Version, admission state, counts and failures")

@@ -77,6 +77,8 @@ def failure_cause(exc: BaseException, services: dict[str, str]) -> str:
         return f"inference_http_{exc.status_code}"
     if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError):  # only the LLM transport uses aiohttp
         return "inference_timeout" if isinstance(exc, asyncio.TimeoutError) else "inference_unreachable"
+    if isinstance(exc, redis.RedisError):
+        return "redis_error"
     if isinstance(exc, httpx.HTTPError):
         url = str(exc.request.url) if getattr(exc, "_request", None) is not None else ""
         name = next((n for n, base in services.items() if base and url.startswith(base.rstrip("/"))), "http")
@@ -148,9 +150,13 @@ class Producer:
             if errors:
                 self._failed(record, errors[0])
                 return
-            group = self._score(record, [r for r in results if not isinstance(r, BaseException)], version,
-                                {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start})
-            await asyncio.to_thread(self._publish, group)
+            try:
+                group = self._score(record, [r for r in results if not isinstance(r, BaseException)], version,
+                                    {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start})
+                await asyncio.to_thread(self._publish, group)
+            except Exception as exc:  # a reward bug or Redis down: count it, keep the prompt, keep running
+                self._failed(record, exc)
+                return
             published = True
         finally:
             await self.admission.release(published)

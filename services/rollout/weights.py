@@ -53,7 +53,13 @@ class WeightFollower:
     async def run(self, block_ms: int = 1000) -> None:
         """Tail the stream forever (cancel to stop); bad events are logged and skipped."""
         while True:
-            reply = await asyncio.to_thread(self.r.xread, {self.stream: self.last_id}, count=100, block=block_ms)
+            try:
+                reply = await asyncio.to_thread(self.r.xread, {self.stream: self.last_id}, count=100,
+                                                block=block_ms)
+            except redis.RedisError as exc:  # Redis restarting: keep the last id, try again shortly
+                log.warning("weights stream unreachable, retrying", extra={"error": repr(exc)[:200]})
+                await asyncio.sleep(1.0)
+                continue
             for _, rows in reply or []:
                 for entry_id, fields in rows:
                     self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id

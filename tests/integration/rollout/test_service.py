@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+import redis
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
@@ -88,10 +89,10 @@ def test_app_publishes_groups_and_admission_follows_versions(fake_llm, make_sett
     assert {c.model for c in fake_llm.calls[-4:]} == {"policy-v1"}
 
 
-async def run_producer(settings, redis_client, max_groups: int) -> Producer:
+async def run_producer(settings, redis_client, max_groups: int, publisher=None) -> Producer:
     async with agent_context(settings, tok=TOK) as ctx:
         producer = Producer(settings, ctx, client=redis_client, embed=hashing_embed, metrics=RolloutMetrics(),
-                            publisher=StreamQueue(redis_client, "trajectories", TrajectoryGroup),
+                            publisher=publisher or StreamQueue(redis_client, "trajectories", TrajectoryGroup),
                             admission=Admission(5, 10, max_running=settings.max_running_groups),
                             prompts=PromptQueue(load_prompts(settings.dataset), seed=0))
         await asyncio.wait_for(producer.run(max_groups=max_groups), 60)
@@ -153,3 +154,16 @@ async def test_retriever_failures_fail_groups_and_the_loop_survives(mode, fake_l
         assert producer.failures == {"retriever_http_503": 3}
     assert producer.stats.published == 0 and redis_client.xlen("trajectories") == 0
     assert len(producer.prompts.retry) == 3  # every failed prompt is back in the queue
+
+
+class RedisDown(StreamQueue):
+    def publish(self, message):
+        raise redis.ConnectionError("Redis is restarting")
+
+
+async def test_publish_failure_requeues_and_keeps_running(fake_llm, make_settings, redis_client):
+    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1)
+    producer = await run_producer(settings, redis_client, max_groups=2,
+                                  publisher=RedisDown(redis_client, "trajectories", TrajectoryGroup))
+    assert producer.failures == {"redis_error": 2} and len(producer.prompts.retry) == 1
+    assert producer.prompts.attempts.total() == 2
