@@ -120,14 +120,16 @@ async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict:
             "con_tps": con_tokens / con_s, "seq_s": seq_s, "con_s": con_s, "tokens": con_tokens, **updates}
 
 
-def write_report(rows: list[dict], args: argparse.Namespace, path: Path) -> None:
+def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: tuple[float, float]) -> None:
     lines = [
         "# Inference server benchmark",
         "",
         f"Written by `bench/inference.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (shared with other work), "
         f"CPU only. {args.requests} requests, prompts of 24–63 random token ids, {args.max_tokens} generated "
-        "tokens each (ignore_eos), temperature 1, one seed per request.",
+        "tokens each (ignore_eos), temperature 1, one seed per request. Load average (other work on the "
+        f"machine) {load[0]:.1f} at the start, {load[1]:.1f} at the end: absolute tokens/s are depressed by it; "
+        "the ratios are measured side by side.",
         "",
         "## Batching: the same requests one at a time vs all at once",
         "",
@@ -165,9 +167,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=str(REPO / "bench/results/inference.md"))
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-inference-") as tmp:
         rows = [asyncio.run(bench_size(size, Path(tmp), args)) for size in args.sizes]
-    write_report(rows, args, Path(args.out))
+    write_report(rows, args, Path(args.out), (load_start, os.getloadavg()[0]))
     print(Path(args.out).read_text())
 
 
