@@ -43,7 +43,8 @@ def _parse(body: dict[str, Any], expected: int) -> list[list[RetrievedDocument]]
     if not isinstance(result, list) or len(result) != expected:
         got = len(result) if isinstance(result, list) else type(result).__name__
         raise ValueError(f"retriever answered {got} result lists for {expected} queries")
-    return [[RetrievedDocument(**item["document"], score=item["score"]) for item in docs] for docs in result]
+    return [[RetrievedDocument.model_validate({**item["document"], "score": item["score"]}) for item in docs]
+            for docs in result]
 
 
 def _chunks(queries: list[str], size: int) -> list[list[str]]:
