@@ -10,6 +10,7 @@ Nothing sampled is thrown away for being stale: it is never started in the first
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 
@@ -56,3 +57,66 @@ class Admission:
             if version > self.version:
                 self.version = version
                 self._changed.notify_all()
+
+
+# Atomically: if published + Σ running(live workers) < limit, take a slot for this worker. A worker is live
+# while its heartbeat is newer than the cutoff; a dead worker's slots stop counting (and are dropped).
+_ACQUIRE = """
+local published = tonumber(redis.call('GET', KEYS[1]) or '0')
+local beats = redis.call('HGETALL', KEYS[3])
+local running = 0
+for i = 1, #beats, 2 do
+  if tonumber(beats[i + 1]) >= tonumber(ARGV[3]) then
+    running = running + tonumber(redis.call('HGET', KEYS[2], beats[i]) or '0')
+  else
+    redis.call('HDEL', KEYS[2], beats[i])
+    redis.call('HDEL', KEYS[3], beats[i])
+  end
+end
+if published + running < tonumber(ARGV[1]) then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  return 1
+end
+return 0
+"""
+
+
+class RedisAdmission(Admission):
+    """The same gate shared by several rollout processes: ``accepted`` is the Redis publish counter and
+    ``running`` is summed over the live workers (each keeps a heartbeat), so replicas together never start
+    more than ``(s + v + 1)·g`` groups. Waiting polls Redis every ``poll_s`` (and wakes on local events)."""
+
+    def __init__(self, client, worker: str, max_staleness: int, groups_per_step: int, *, version: int = 0,
+                 max_running: int | None = None, published_key: str = "rollout:published",
+                 prefix: str = "rollout", heartbeat_ttl_s: float = 30.0, poll_s: float = 0.1) -> None:
+        super().__init__(max_staleness, groups_per_step, version=version, max_running=max_running)
+        self.r, self.worker, self.poll_s, self.ttl = client, worker, poll_s, heartbeat_ttl_s
+        self.keys = [published_key, f"{prefix}:running", f"{prefix}:heartbeat"]
+        self._script = client.register_script(_ACQUIRE)
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        self.r.hset(self.keys[2], self.worker, time.time())
+
+    def _try(self) -> bool:
+        limit = (self.max_staleness + self.version + 1) * self.groups_per_step
+        if self.max_running is not None and self.running >= self.max_running:
+            return False
+        return bool(self._script(keys=self.keys, args=[limit, self.worker, time.time() - self.ttl]))
+
+    async def acquire(self) -> float:
+        start = time.perf_counter()
+        while True:
+            self.heartbeat()
+            if await asyncio.to_thread(self._try):
+                self.running += 1
+                return time.perf_counter() - start
+            async with self._changed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), self.poll_s)
+
+    async def release(self, published: bool) -> None:
+        # The publish counter itself is INCRed by the producer right after XADD; only the slot is ours.
+        await asyncio.to_thread(self.r.hincrby, self.keys[1], self.worker, -1)
+        self.accepted = int(await asyncio.to_thread(self.r.get, self.keys[0]) or 0)
+        await super().release(published=False)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 
 import redis
 from fastapi import FastAPI
 
-from services.rollout.admission import Admission
+from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
 from services.rollout.metrics import RolloutMetrics
@@ -37,8 +39,14 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
         records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
         async with agent_context(settings, tok=tok) as ctx:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
-            admission = Admission(settings.max_staleness, settings.groups_per_step, accepted=accepted,
-                                  max_running=settings.max_running_groups)
+            if settings.admission_scope == "redis":
+                admission = RedisAdmission(client, f"{socket.gethostname()}-{os.getpid()}", settings.max_staleness,
+                                           settings.groups_per_step, max_running=settings.max_running_groups,
+                                           published_key=settings.published_key)
+                admission.accepted = accepted
+            else:
+                admission = Admission(settings.max_staleness, settings.groups_per_step, accepted=accepted,
+                                      max_running=settings.max_running_groups)
             metrics = metrics_holder["metrics"]
 
             async def on_version(version: int) -> None:

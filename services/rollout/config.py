@@ -55,6 +55,8 @@ class RolloutSettings(ServiceSettings):
     n_samples: int = Field(4, ge=1, description="Episodes per prompt (the GRPO group size)")
     groups_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per optimizer step")
     max_staleness: int = Field(1, ge=0, description="Policy versions a group may lag behind (0: on-policy)")
+    admission_scope: Literal["process", "redis"] = Field(
+        "process", description="process: this rollout alone; redis: shared by every rollout replica")
     max_running_groups: int = Field(64, ge=1, description="Groups in flight at once (concurrency cap)")
     max_prompt_failures: int = Field(3, ge=1, description="Failed attempts before a prompt is dropped")
     temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")

@@ -59,8 +59,9 @@ def check_coda_group(group: TrajectoryGroup, n: int) -> None:
         assert "answer_f1" in s.reward_components and "planner_format" in s.reward_components
 
 
-def test_app_publishes_groups_and_admission_follows_versions(fake_llm, make_settings, redis_client):
-    settings = make_settings(fake_llm.url, agent="coda", max_staleness=0, groups_per_step=2)
+@pytest.mark.parametrize("scope", ["process", "redis"])
+def test_app_publishes_groups_and_admission_follows_versions(scope, fake_llm, make_settings, redis_client):
+    settings = make_settings(fake_llm.url, agent="coda", max_staleness=0, groups_per_step=2, admission_scope=scope)
     with ThreadedServer(build_app(settings)) as url:
         wait_for(lambda: redis_client.xlen("trajectories") >= 2)
         time.sleep(0.5)
