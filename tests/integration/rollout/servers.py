@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from services.rollout.serving import ThreadedServer
 REPO = Path(__file__).resolve().parents[3]
 LOOKUP_CORPUS = REPO / "data" / "lookup" / "corpus.jsonl"
 _TMP = Path(tempfile.mkdtemp(prefix="coda-rollout-it-"))
+atexit.register(shutil.rmtree, _TMP, True)  # registered first, so it runs after the servers have stopped
 
 
 @functools.lru_cache(maxsize=1)
