@@ -272,7 +272,9 @@ def test_ports_agree_with_the_settings_classes():
 
 def test_prometheus_scrapes_every_service_where_it_listens():
     scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
-    targets = {t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    targets = {t for job in scrape["scrape_configs"] for c in job.get("static_configs", []) for t in c["targets"]}
+    targets |= {f"{name}:{c['port']}" for job in scrape["scrape_configs"] for c in job.get("dns_sd_configs", [])
+                for name in c["names"]}
     services = compose()["services"]
     hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
     for target in targets - {"localhost:9090"}:
