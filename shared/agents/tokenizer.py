@@ -66,8 +66,20 @@ class HFTokenizer:
         # (it runs once per observation and per prompt on the rollout's hot path).
         self.fast = getattr(self.tok, "backend_tokenizer", None)
         self._rendered: dict[tuple, list[int]] = {}
+        self._short: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
+        # Observation wrappers and environment messages repeat on every turn: cache the short strings.
+        if len(text) <= 256:
+            ids = self._short.get(text)
+            if ids is None:
+                if len(self._short) >= 4096:
+                    self._short.clear()
+                ids = self._short[text] = self._encode(text)
+            return list(ids)
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
         if self.fast is not None:
             return self.fast.encode(text, add_special_tokens=False).ids
         return list(self.tok.encode(text, add_special_tokens=False))
