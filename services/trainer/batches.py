@@ -8,7 +8,7 @@ are acknowledged on the spot and not trained twice, the others are trained again
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import deque
 
 from services.trainer.packing import TrainSeq
 from shared.log import get_logger
@@ -19,28 +19,38 @@ log = get_logger(__name__)
 
 
 class GroupReader:
-    """Collects ``n`` groups per step from the consumer group, skipping entries already trained."""
+    """Collects ``n`` groups per step from the consumer group, skipping entries already trained.
+
+    Entries stay pending across several reads (they are acked only after a checkpoint), so the queue's
+    recovery mode, which re-serves the consumer's pending entries on every read until they are acked, is
+    used once: the whole backlog is taken at start-up and served from here; later reads take new entries.
+    """
 
     def __init__(self, queue: StreamQueue[TrajectoryGroup], covered: list[str], block_ms: int = 1000) -> None:
         self.queue = queue
-        self.covered = set(covered)
         self.block_ms = block_ms
         self.queue.ensure_group()
+        # The trainer is the group's only consumer: entries another consumer name left pending (a renamed or
+        # replaced trainer) become ours, so they are trained (or acked, if covered) instead of stuck.
+        self.queue.claim(min_idle_ms=0, count=1_000_000)
+        pending = self.queue.pending_ids(self.queue.consumer)
+        backlog = self.queue.read(count=len(pending)) if pending else []
+        self.queue._recovering = False  # the backlog is ours now; see the class docstring
+        done = [e.id for e in backlog if e.id in set(covered)]
+        if done:
+            log.info("acknowledging groups the checkpoint already contains", extra={"count": len(done)})
+            self.queue.ack(*done)
+        self.backlog = deque(e for e in backlog if e.id not in set(done))
+        if self.backlog:
+            log.info("retraining groups whose effect was not checkpointed", extra={"count": len(self.backlog)})
 
-    def collect(self, n: int, stop: threading.Event | None = None,
-                on_wait: Callable[[], None] | None = None) -> list[Entry[TrajectoryGroup]]:
+    def collect(self, n: int, stop: threading.Event | None = None) -> list[Entry[TrajectoryGroup]]:
         """Block until ``n`` groups are in hand (or ``stop`` is set: then what there is)."""
         got: list[Entry[TrajectoryGroup]] = []
+        while self.backlog and len(got) < n:
+            got.append(self.backlog.popleft())
         while len(got) < n and not (stop and stop.is_set()):
-            entries = self.queue.read(count=n - len(got), block_ms=self.block_ms)
-            done = [e.id for e in entries if e.id in self.covered]
-            if done:
-                log.info("acknowledging groups the checkpoint already contains", extra={"count": len(done)})
-                self.queue.ack(*done)
-                self.covered.difference_update(done)
-            got += [e for e in entries if e.id not in done]
-            if not entries and on_wait:
-                on_wait()
+            got += self.queue.read(count=n - len(got), block_ms=self.block_ms)
         return got
 
 

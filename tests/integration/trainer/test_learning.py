@@ -111,6 +111,10 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
         assert len(diffs) == len(records) and max(diffs) <= 1e-4, diffs
         assert all(abs(r["mismatch_kl_k3"]) < 1e-6 for r in records)  # on-policy: trainer == sampler logprobs
         assert (tmp_path / "logs" / "rewards.png").is_file() or len(records) < 10
+        trainer.terminate()  # SIGTERM: finish the step, checkpoint, ack, exit 0
+        assert trainer.wait(60) == 0, log
+        consumer = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="probe")
+        assert consumer.stats().pending == 0
     finally:
         for proc in (trainer, server):
             proc.terminate()
