@@ -129,10 +129,14 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="persist with AOF in this folder (default: no persistence)")
     args = parser.parse_args()
     server = RedisServer(port=args.port, persist_dir=args.dir).start()
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    proc = server.proc
+    # Forward SIGTERM to redis (which then saves and exits); the wait below returns and stop() tidies up.
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:
-        server.proc.wait()
+        proc.wait()
     except KeyboardInterrupt:
+        pass
+    finally:
         server.stop()
 
 

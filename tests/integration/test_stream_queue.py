@@ -153,3 +153,25 @@ def test_publish_rejects_wrong_type(redis_client):
         assert "expected TrajectoryGroup" in str(exc)
     else:
         raise AssertionError("publishing the wrong type must fail")
+
+
+def test_redis_launcher_stops_on_one_sigterm(tmp_path):
+    from shared.redis_server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "shared.redis_server", "--port", str(port), "--dir",
+                             str(tmp_path)], env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if client.ping():
+                break
+        except redis.ConnectionError:
+            time.sleep(0.1)
+    client.set("k", "v")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+    assert (tmp_path / "appendonlydir").exists() or list(tmp_path.glob("*.aof"))  # AOF persistence was on
