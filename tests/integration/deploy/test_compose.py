@@ -331,3 +331,20 @@ def test_vllm_gets_our_worker_extension_lora_flags_and_dev_mode():
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # /collective_rpc, used for the full-weight reload
     assert flags["served-model-name"] == "policy"
     assert any(d.get("capabilities") == ["gpu"] for d in policy["deploy"]["resources"]["reservations"]["devices"])
+
+
+def test_compose_launches_vllm_like_the_inference_launch_recipe():
+    """deploy/vllm/serve.sh (the inference service's launch recipe) and compose's `policy` agree on the flags,
+    the worker extension and the environment."""
+    script = (ROOT / "deploy/vllm/serve.sh").read_text()
+    script_flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]+)", script.split("exec vllm serve", 1)[1]))
+    policy = compose()["services"]["policy"]
+    assert policy["entrypoint"] == ["vllm", "serve"]
+    compose_flags = {a.split("=", 1)[0] for a in policy["command"] if a.startswith("--")}
+    assert compose_flags == script_flags
+    for arg in policy["command"]:
+        if arg.startswith(("--worker-extension-cls=", "--logprobs-mode=", "--served-model-name=")):
+            flag, value = arg.split("=", 1)
+            assert value in script, f"serve.sh launches {flag} differently"
+    for name in re.findall(r"^export (VLLM_\w+)=", script, flags=re.M):
+        assert name in service_environment(policy), f"compose's policy lacks {name}"

@@ -117,3 +117,5 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         if trainer.finetune == "lora":
             assert trainer.lora_rank <= int(served["policy"]["max-lora-rank"]), path.name
             assert trainer.keep_weights <= int(served["policy"]["max-loras"]), path.name
+            # Adapters rollouts may still sample from, plus the new one (deploy/vllm/README.md).
+            assert rollout.max_staleness + 2 <= int(served["policy"]["max-loras"]), path.name
