@@ -6,6 +6,12 @@ Each demonstration follows the flat search protocol, token-in/token-out exactly 
     → "<information>" + the real top-k documents + "</information>" (mask 0)
     → "<think>…</think><answer> gold </answer>" + EOS (mask 1)
 
+With ``--format coda`` each question gives two demonstrations in the hierarchical protocol instead: the
+executor's (``<search>`` → ``<documents>`` (mask 0) → ``<refine>`` quoting the retrieved sentence that holds
+the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with the executor's answer (mask 0) →
+``<answer>``), so co-training teaches the format the CoDA loop runs (a seed's SFT data never used
+``<task>``).
+
 Documents are never written by us (a seed fabricated documents that contained the answer and trained the
 model to hallucinate them); they are masked out of the loss like every observation. A question is kept only
 when the retrieved text supports its gold answer (the answer occurs in it, or for yes/no questions, a
@@ -16,10 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from shared.answers import as_gold_list, normalize_answer
-from shared.prompts import OBSERVATION_WRAP, format_documents, search_agent_messages
+from shared.prompts import (
+    OBSERVATION_WRAP,
+    executor_messages,
+    format_documents,
+    planner_messages,
+    search_agent_messages,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="QA JSONL with id, question, golden_answers (FlashRAG layout)")
     p.add_argument("--out", type=Path, required=True, help="demonstrations JSONL to write")
     p.add_argument("--topk", type=int, default=3, help="documents per search (default 3)")
+    p.add_argument("--format", choices=["search", "coda"], default="search",
+                   help="flat search agent (search-r1, thinker) or CoDA planner + executor demonstrations")
     p.add_argument("--limit", type=int, default=0, help="use at most this many questions (0 = all)")
     p.add_argument("--keep-unsupported", action="store_true",
                    help="keep questions whose retrieved documents do not support the answer")
@@ -42,15 +57,7 @@ def supported(docs_text: str, golds: list[str], titles: list[str], supporting: l
     return any(f" {normalize_answer(g)} " in text for g in golds if normalize_answer(g))
 
 
-def demonstration(tok, question: str, gold: str, docs_text: str) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask of one demonstration (layout in the module docstring)."""
-    before, after = OBSERVATION_WRAP["information"]
-    pieces = [
-        (tok.render(search_agent_messages(question)), 0),
-        (tok.encode(f"<think> I should look this up. </think>\n<search> {question.strip()} </search>"), 1),
-        (tok.encode(f"{before}{docs_text}{after}"), 0),
-        (tok.encode(f"<think> The passages give the answer. </think>\n<answer> {gold} </answer>"), 1),
-    ]
+def _assemble(tok, pieces: list[tuple[list[int], int]]) -> tuple[list[int], list[int]]:
     ids: list[int] = []
     mask: list[int] = []
     for part, m in pieces:
@@ -62,7 +69,48 @@ def demonstration(tok, question: str, gold: str, docs_text: str) -> tuple[list[i
     return ids, mask
 
 
-def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False) -> list[dict]:
+def demonstration(tok, question: str, gold: str, docs_text: str) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of one flat search demonstration (layout in the module docstring)."""
+    before, after = OBSERVATION_WRAP["information"]
+    return _assemble(tok, [
+        (tok.render(search_agent_messages(question)), 0),
+        (tok.encode(f"<think> I should look this up. </think>\n<search> {question.strip()} </search>"), 1),
+        (tok.encode(f"{before}{docs_text}{after}"), 0),
+        (tok.encode(f"<think> The passages give the answer. </think>\n<answer> {gold} </answer>"), 1),
+    ])
+
+
+def evidence(passages: list[str], gold: str) -> str:
+    """The retrieved sentence that contains the answer (else the top passage's first sentence)."""
+    sentences = [x.strip() for p in passages for x in re.split(r"(?<=[.!?])\s+|\n", p) if x.strip()]
+    for sentence in sentences:
+        if gold.lower() in sentence.lower():
+            return sentence
+    return sentences[0] if sentences else ""
+
+
+def coda_demonstrations(tok, question: str, gold: str, docs_text: str,
+                        passages: list[str]) -> list[tuple[str, list[int], list[int]]]:
+    """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
+    d_before, d_after = OBSERVATION_WRAP["documents"]
+    r_before, r_after = OBSERVATION_WRAP["result"]
+    executor = _assemble(tok, [
+        (tok.render(executor_messages(question)), 0),
+        (tok.encode(f"<think> I need to search for this. </think>\n<search> {question.strip()} </search>"), 1),
+        (tok.encode(f"{d_before}{docs_text}{d_after}"), 0),
+        (tok.encode(f"<refine> {evidence(passages, gold)} </refine>\n<answer> {gold} </answer>"), 1),
+    ])
+    planner = _assemble(tok, [
+        (tok.render(planner_messages(question)), 0),
+        (tok.encode(f"<think> One fact settles this; I will ask for it. </think>\n<task> {question.strip()} </task>"), 1),
+        (tok.encode(f"{r_before}{gold}{r_after}"), 0),
+        (tok.encode(f"<think> The helper found the answer. </think>\n<answer> {gold} </answer>"), 1),
+    ])
+    return [("executor", *executor), ("planner", *planner)]
+
+
+def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False,
+          fmt: str = "search") -> list[dict]:
     """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
     results = retriever.retrieve([r["question"] for r in rows], topk=topk)
     out = []
@@ -72,9 +120,13 @@ def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = 
         supporting = (row.get("metadata") or {}).get("supporting_titles", [])
         if not keep_unsupported and not supported(docs_text, golds, [d.title.strip('"') for d in docs], supporting):
             continue
-        ids, mask = demonstration(tok, row["question"], golds[0], docs_text)
-        out.append({"id": row.get("id"), "token_ids": ids, "loss_mask": mask, "doc_ids": [d.id for d in docs],
-                    "answer": golds[0]})
+        if fmt == "coda":
+            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs])
+        else:
+            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text))]
+        for role, ids, mask in demos:
+            out.append({"id": row.get("id"), "role": role, "token_ids": ids, "loss_mask": mask,
+                        "doc_ids": [d.id for d in docs], "answer": golds[0]})
     return out
 
 
@@ -87,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         rows = rows[: args.limit]
     tok = HFTokenizer(args.model)
     with RetrieverClient(args.retriever_url) as retriever:
-        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported)
+        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))

@@ -67,3 +67,12 @@ def test_make_sft_uses_retrieved_documents_and_masks_them(tmp_path, retriever_ur
             body = corpus[doc_id].split("\n", 1)[1]  # the real corpus row's passage text
             snippet = body[:40]
             assert snippet in untrained and snippet not in trained
+    # The CoDA layout: executor rows carry the documents (masked), planner rows only the helper's result.
+    coda = tmp_path / "sft-coda.jsonl"
+    assert main(["make-sft", "--model", str(model), "--retriever-url", retriever_url, "--qa",
+                 str(DATA / "qa_supported.jsonl"), "--out", str(coda), "--limit", "10", "--format", "coda"]) == 0
+    rows = [json.loads(line) for line in coda.read_text().splitlines()]
+    assert rows and {r["role"] for r in rows} == {"executor", "planner"}
+    for r in rows:
+        untrained = tok.decode([t for t, m in zip(r["token_ids"], r["loss_mask"], strict=True) if not m])
+        assert ("<documents>" in untrained) == (r["role"] == "executor")

@@ -58,3 +58,21 @@ def test_unsupported_questions_are_skipped():
     out = build(rows, CharTokenizer(), FakeRetriever([doc]), topk=1)
     assert [r["answer"] for r in out] == ["France"] and out[0]["doc_ids"] == ["3"]
     assert supported("Doc 1(Title: x) yes", ["yes"], ["A"], ["A"]) and not supported("", ["no"], ["A"], ["B"])
+
+
+def test_coda_format_gives_executor_and_planner_demonstrations():
+    tok = CharTokenizer()
+    doc = RetrievedDocument(id="7", contents='"Paris"\nParis is a city. It is the capital of France.', score=1.0)
+    rows = [{"question": "What is the capital of France?", "golden_answers": ["Paris"]}]
+    out = build(rows, tok, FakeRetriever([doc]), topk=1, fmt="coda")
+    assert [r["role"] for r in out] == ["executor", "planner"]
+    for r in out:
+        trained = tok.decode([t for t, m in zip(r["token_ids"], r["loss_mask"], strict=True) if m])
+        untrained = tok.decode([t for t, m in zip(r["token_ids"], r["loss_mask"], strict=True) if not m])
+        assert "<answer> Paris </answer>" in trained
+        if r["role"] == "executor":
+            assert "<documents>" in untrained and "<search>" in trained
+            assert "<refine> Paris is a city. </refine>" in trained  # a sentence copied from the real document
+        else:
+            assert "<task> What is the capital of France? </task>" in trained
+            assert "<result>Paris</result>" in untrained and "<documents>" not in untrained
