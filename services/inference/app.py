@@ -103,11 +103,13 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
                                max_body_bytes=settings.max_body_bytes,
                                description="CPU policy server speaking vLLM's OpenAI-compatible API subset")
     metrics = InferenceMetrics(registry)
-    _add_routes(app)
+    _generation_routes(app)
+    _lora_routes(app)
+    _weight_routes(app)
     return app
 
 
-def _add_routes(app: FastAPI) -> None:
+def _generation_routes(app: FastAPI) -> None:
     @app.post("/v1/completions", tags=["vllm"], summary="Sample completions of token-id (or text) prompts")
     async def completions(body: CompletionRequest) -> JSONResponse:
         server: Server = app.state.server
@@ -130,6 +132,9 @@ def _add_routes(app: FastAPI) -> None:
         cards += [ModelCard(id=name, root=path, parent=server.name) for name, path in server.adapter_paths.items()]
         return ModelList(data=cards)
 
+
+
+def _lora_routes(app: FastAPI) -> None:
     @app.post("/v1/load_lora_adapter", tags=["vllm"], summary="Load a PEFT LoRA adapter under a model name")
     async def load_lora(body: LoadLoRAAdapterRequest) -> PlainTextResponse:
         server: Server = app.state.server
@@ -173,6 +178,9 @@ def _add_routes(app: FastAPI) -> None:
             server.metrics.adapters.set(len(server.runner.adapters))
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
+
+
+def _weight_routes(app: FastAPI) -> None:
     @app.post("/pause", tags=["vllm"], summary="vLLM dev-mode pause: finish in-flight requests, admit none")
     async def pause(mode: str = Query("abort")) -> JSONResponse:
         server: Server = app.state.server

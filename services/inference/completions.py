@@ -47,7 +47,20 @@ def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]
     return prompts
 
 
+# vLLM fields this server does not implement, with their neutral values; anything else is refused (400) rather
+# than silently ignored. Unknown fields that do not change sampling are ignored, as vLLM does.
+UNSUPPORTED_NEUTRAL: dict[str, tuple] = {
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}), "allowed_token_ids": (None, []), "bad_words": (None, []), "best_of": (None, 1),
+    "use_beam_search": (None, False), "prompt_logprobs": (None,), "min_p": (None, 0, 0.0),
+    "logprob_token_ids": (None,), "response_format": (None,), "structured_outputs": (None,), "suffix": (None,),
+}
+
+
 def _check_sampling(request: CompletionRequest, max_num_seqs: int, num_prompts: int) -> None:
+    for name, value in (request.model_extra or {}).items():
+        if name in UNSUPPORTED_NEUTRAL and value not in UNSUPPORTED_NEUTRAL[name]:
+            raise RequestError(f"{name}={value!r} is not supported by this server (CPU stand-in for vLLM)")
     if request.stream:
         raise RequestError("stream=true is not supported by this server; send stream=false")
     if request.echo:

@@ -122,6 +122,8 @@ async def test_concurrent_requests_are_batched_and_correct(server_url, reference
     ({"model": "policy", "prompt": [1], "stream": True}, 400, "stream"),
     ({"model": "policy", "prompt": [1], "logprobs": 50}, 400, "logprobs"),
     ({"model": "policy", "prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"model": "policy", "prompt": [1], "repetition_penalty": 1.2}, 400, "not supported"),
+    ({"model": "policy", "prompt": [1], "logit_bias": {"5": 10}}, 400, "not supported"),
 ])
 def test_bad_input_is_a_clear_4xx(server_url, body, status, needle):
     response = httpx.post(f"{server_url}/v1/completions", json=body, timeout=30)
