@@ -36,12 +36,13 @@ def test_build_cli_on_a_corpus_slice(tmp_path):
     corpus.write_text("\n".join(lines) + "\n")
     np.save(emb, np.load(EMBEDDINGS)[:60])
     out = cli("build", "--corpus", str(corpus), "--embeddings", str(emb), "--out", str(tmp_path / "idx"),
-              "--faiss", "HNSW32")
+              "--faiss", "HNSW32", "--query-prefix", "query: ", "--passage-prefix", "passage: ")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["rows"] == 60
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
     assert manifest["faiss_factory"] == "HNSW32" and manifest["encoder"]["dim"] == 384
     assert manifest["corpus"]["rows"] == 60 and manifest["bm25"]["stemmer"] == "english"
+    assert (manifest["encoder"]["query_prefix"], manifest["encoder"]["passage_prefix"]) == ("query: ", "passage: ")
     assert {"bm25s", "faiss-cpu"} <= set(manifest["versions"])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.retriever.config import RetrieverSettings
 from services.retriever.engine import SearchSpec, load_retriever
 
@@ -29,3 +31,17 @@ def test_search_many_mixes_modes_and_depths(server):
     alone_dense, _ = retriever.search(["Ed Wood"], 2, "dense")
     assert d_ids.tolist() == alone_dense.tolist()  # batching with others changes nothing
     assert (h_scores[:, :-1] >= h_scores[:, 1:]).all()
+
+
+def test_query_prefix_is_prepended(server):
+    if server.app.state.settings.dense_backend != "faiss":
+        pytest.skip("the encoder is the same for every backend; checked once")
+    encoder = server.app.state.retriever.encoder
+    try:
+        encoder.query_prefix = "query: "
+        prefixed = encoder.encode_queries(["who directed Ed Wood"])
+    finally:
+        encoder.query_prefix = ""
+    explicit = encoder.encode_queries(["query: who directed Ed Wood"])
+    plain = encoder.encode_queries(["who directed Ed Wood"])
+    assert abs(float(prefixed[0] @ explicit[0]) - 1.0) < 1e-5 and float(prefixed[0] @ plain[0]) < 0.999
