@@ -127,6 +127,9 @@ PIPELINE = Dashboard("coda-pipeline", "coda-stack / pipeline",
                                       (quantile(0.99, "coda_trainer_weight_sync_seconds_hist"), "p99 publish"),
                                       (quantile(0.99, "coda_inference_weight_update_seconds", "kind"),
                                        "p99 apply ({{kind}})")], unit="s"),
+        Panel("Trainer vs server logprobs after a publish (max |diff|)",
+              [("coda_trainer_sync_max_abs_diff", "max abs diff")],
+              description="With sync_check on: the served weights score a fixed prompt as the trainer does."),
         Panel("Failures by cause", [(f"sum by (cause) (rate(coda_rollout_failures_total[{RATE}]))",
                                      "{{cause}}")]),
         Panel("HTTP errors by service", [(f'sum by (service, status) (rate(coda_http_requests_total'
@@ -154,6 +157,15 @@ RETRIEVAL = Dashboard("coda-retrieval", "coda-stack / retrieval",
         Panel("Queries per batch (mean / p99)", [(mean_of("coda_retriever_batch_queries"), "mean"),
                                                  (quantile(0.99, "coda_retriever_batch_queries"), "p99")]),
         Panel("Requests merged per batch (mean)", [(mean_of("coda_retriever_batch_requests"), "mean")]),
+    ]),
+    ("Searcher (the frozen search agent)", [
+        Panel("Searches/s by outcome", [(f"sum by (outcome) (rate(coda_searcher_requests_total[{RATE}]))",
+                                         "{{outcome}}")], width=8),
+        Panel("Retriever calls per search (mean)", [(mean_of("coda_searcher_searches_per_request"), "mean")],
+              width=8),
+        Panel("Search episode time (p50 / p99)", [(quantile(0.5, "coda_searcher_request_seconds"), "p50"),
+                                                  (quantile(0.99, "coda_searcher_request_seconds"), "p99")],
+              unit="s", width=8),
     ]),
 ])
 
@@ -185,6 +197,12 @@ INFERENCE = Dashboard("coda-inference", "coda-stack / inference",
         Panel("Weight updates", [(f"sum by (kind) (increase(coda_inference_weight_updates_total[{RATE}]))",
                                   "{{kind}}")]),
         Panel("Decode tokens/s (CPU server, moving average)", [("coda_inference_tokens_per_second", "tokens/s")]),
+        Panel("Decoding step time (CPU server, p50 / p99)",
+              [(quantile(0.5, "coda_inference_step_seconds"), "p50"),
+               (quantile(0.99, "coda_inference_step_seconds"), "p99")], unit="s"),
+        Panel("Prompt tokens from the prefix cache (CPU server)",
+              [(f"sum(rate(coda_inference_prefix_cache_hit_tokens_total[{RATE}])) / "
+                f"sum(rate(coda_inference_prompt_tokens_total[{RATE}]))", "hit fraction")], unit="percentunit"),
     ]),
 ])
 
