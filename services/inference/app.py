@@ -59,7 +59,7 @@ class Server:
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}
         self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
-                             seed=settings.seed, metrics=metrics)
+                             seed=settings.seed, metrics=metrics, prefix_cache_tokens=settings.prefix_cache_tokens)
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
         metrics.running.set_function(lambda: self.engine.num_running)
         metrics.waiting.set_function(lambda: self.engine.num_waiting)
@@ -154,7 +154,11 @@ def _lora_routes(app: FastAPI) -> None:
                 check_adapter(path, server.settings.max_lora_rank)
                 name = body.lora_name
                 ready = (lambda: server.engine.adapter_idle(name)) if replace else None
-                await server.run_op(lambda: load_adapter(server.runner, name, path, replace), ready)
+                def load() -> None:
+                    server.engine.prefix.drop_adapter(name)  # a replaced adapter's cached KV is stale
+                    load_adapter(server.runner, name, path, replace)
+
+                await server.run_op(load, ready)
             except WeightsError as exc:
                 raise _api_error(exc) from None
             except (ValueError, OSError, KeyError) as exc:  # peft refusing the adapter (wrong base, bad files)
@@ -173,7 +177,11 @@ def _lora_routes(app: FastAPI) -> None:
             if name not in server.runner.adapters:
                 raise ApiError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
             # Requests decoding with it finish first; new ones wait, then get a 404 for the unknown model.
-            await server.run_op(lambda: unload_adapter(server.runner, name), lambda: server.engine.adapter_idle(name))
+            def unload() -> None:
+                server.engine.prefix.drop_adapter(name)
+                unload_adapter(server.runner, name)
+
+            await server.run_op(unload, lambda: server.engine.adapter_idle(name))
             server.adapter_paths.pop(name, None)
             server.metrics.adapters.set(len(server.runner.adapters))
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
@@ -241,6 +249,7 @@ async def _reload(server: Server, path_arg: str, version: int | None) -> dict:
 
         def swap() -> int:
             count = apply_checkpoint(server.runner, tensors)
+            server.engine.prefix.clear()  # cached KV belongs to the old weights
             server.engine.version = new_version
             return count
 

@@ -31,6 +31,8 @@ class InferenceSettings(ServiceSettings):
     max_loras: int = Field(4, ge=1, description="LoRA adapters resident at once (load beyond this → 400)")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
     weights_root: str = Field("runs", description="Adapter and reload paths must lie under this directory")
+    prefix_cache_tokens: int = Field(32768, ge=0, description="Tokens of finished/prefilled sequences whose KV "
+                                     "is kept for reuse by prompts that extend them (multi-turn); 0 = off")
     threads: int = Field(1, ge=0, description="torch CPU threads; 1 is fastest for tiny models and on shared "
                                               "machines (more threads spin against each other); 0 = torch's default")
     seed: int = Field(0, description="Seed of the sampler for requests without their own seed")

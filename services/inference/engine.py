@@ -22,6 +22,7 @@ import torch
 
 from services.inference.kv import KVBatch
 from services.inference.model import ModelRunner
+from services.inference.prefix import PrefixCache
 from services.inference.sampling import LogprobsMode, SamplingParams, sample
 from services.inference.stops import Finish, check_text, check_token
 from shared.log import get_logger
@@ -36,6 +37,7 @@ class AdapterNotLoaded(LookupError):
 class EngineMetrics(Protocol):
     def on_step(self, rows: int, seconds: float, new_tokens: int) -> None: ...
     def on_request_done(self, prompt_tokens: int, completion_tokens: int) -> None: ...
+    def on_prefix_hit(self, tokens: int) -> None: ...
 
 
 @dataclass
@@ -76,9 +78,11 @@ class _Op:
 
 class Engine:
     def __init__(self, runner: ModelRunner, *, max_num_seqs: int = 128, logprobs_mode: LogprobsMode =
-                 "raw_logprobs", seed: int = 0, metrics: EngineMetrics | None = None) -> None:
+                 "raw_logprobs", seed: int = 0, metrics: EngineMetrics | None = None,
+                 prefix_cache_tokens: int = 0) -> None:
         self.runner, self.max_num_seqs, self.logprobs_mode = runner, max_num_seqs, logprobs_mode
         self.metrics = metrics
+        self.prefix = PrefixCache(prefix_cache_tokens)  # engine thread only
         self.version = 0
         self.kv = KVBatch(runner.num_layers)
         self.running: list[Sequence] = []
@@ -195,7 +199,11 @@ class Engine:
         for seq in request.sequences:
             groups.setdefault((tuple(seq.prompt), seq.adapter), []).append(seq)
         for (prompt, adapter), seqs in groups.items():
-            logits, layers = self.runner.prefill(list(prompt), adapter)
+            hit = self.prefix.get(adapter, list(prompt))
+            logits, layers = self.runner.prefill(list(prompt), adapter, hit)
+            self.prefix.put(adapter, list(prompt), layers)
+            if hit and self.metrics:
+                self.metrics.on_prefix_hit(hit.length)
             n = len(seqs)
             expanded = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]
             self.kv.add_rows(expanded)
@@ -260,6 +268,10 @@ class Engine:
         if len(keep) == len(self.running):
             return
         done = [s for s in self.running if s.finish is not None]
+        if self.prefix.enabled:
+            for row, seq in enumerate(self.running):
+                if seq.finish is not None and seq.finish.reason != "abort":
+                    self._remember(row, seq)
         self.kv.keep_rows(keep)
         self.running = [self.running[i] for i in keep]
         for seq in done:
@@ -270,6 +282,13 @@ class Engine:
                     self.metrics.on_request_done(sum(len(s.prompt) for s in request.sequences),
                                                  sum(len(s.out_ids) for s in request.sequences))
                 _resolve(request.future, (request.sequences, request.version))
+
+    def _remember(self, row: int, seq: Sequence) -> None:
+        """Put a finished row's KV (prompt + generated ids but the last, which was never fed) in the cache."""
+        pad, end = self.kv.pad[row], self.kv.length
+        layers = [(k[row:row + 1, :, pad:end].clone(), v[row:row + 1, :, pad:end].clone())
+                  for k, v in zip(self.kv.keys, self.kv.values, strict=True)]
+        self.prefix.put(seq.adapter, seq.prompt + seq.out_ids[:-1], layers)
 
     def _final_text(self, seq: Sequence) -> str:
         p, finish = seq.params, seq.finish

@@ -35,6 +35,8 @@ class InferenceMetrics:
         self.reload_seconds = Histogram("coda_inference_weight_update_seconds",
                                         "Time from update request to new weights live", ["kind"],
                                         buckets=LATENCY_BUCKETS, registry=registry)
+        self.prefix_hit_tokens = Counter("coda_inference_prefix_cache_hit_tokens_total",
+                                         "Prompt tokens whose KV came from the prefix cache", registry=registry)
         self._tps = 0.0
 
     # EngineMetrics protocol (called from the engine thread)
@@ -50,3 +52,6 @@ class InferenceMetrics:
         self.requests.inc()
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(completion_tokens)
+
+    def on_prefix_hit(self, tokens: int) -> None:
+        self.prefix_hit_tokens.inc(tokens)

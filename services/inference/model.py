@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from services.inference.kv import KVBatch
+from services.inference.prefix import Hit
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -62,10 +63,16 @@ class ModelRunner:
         return out.logits[:, -1, :].float()
 
     @torch.inference_mode()
-    def prefill(self, prompt: list[int], adapter: str | None) -> tuple[torch.Tensor, list]:
-        """Logits after the prompt ``[vocab]`` and the per-layer (keys, values) ``[1, heads, len, dim]``."""
-        cache = DynamicCache()
-        logits = self._forward([adapter], input_ids=torch.tensor([prompt]), past_key_values=cache)
+    def prefill(self, prompt: list[int], adapter: str | None, cached: Hit | None = None) -> tuple[torch.Tensor, list]:
+        """Logits after the prompt ``[vocab]`` and the per-layer (keys, values) ``[1, heads, len, dim]``.
+
+        With a prefix-cache ``cached`` hit only the tokens after its ``length`` go through the model.
+        """
+        start = cached.length if cached else 0
+        cache = DynamicCache(ddp_cache_data=cached.layers) if cached else DynamicCache()
+        positions = torch.arange(start, len(prompt)).unsqueeze(0)
+        logits = self._forward([adapter], input_ids=torch.tensor([prompt[start:]]), position_ids=positions,
+                               past_key_values=cache)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         return logits[0], layers
 

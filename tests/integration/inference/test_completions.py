@@ -147,3 +147,19 @@ def test_models_health_metrics(client, server_url):
                  "coda_inference_running_sequences 0.0", "coda_inference_waiting_requests 0.0",
                  "coda_inference_generation_tokens_total", "coda_inference_step_seconds_bucket"):
         assert name in text
+
+
+def test_multi_turn_prompts_reuse_cached_kv_with_exact_logprobs(client, reference, server_url):
+    def hit_tokens() -> float:
+        lines = httpx.get(f"{server_url}/metrics").text.splitlines()
+        return float(next(line.split()[-1] for line in lines
+                          if line.startswith("coda_inference_prefix_cache_hit_tokens_total ")))
+
+    prompt = [8, 9, 10, 11, 12, 13, 14]
+    before = hit_tokens()
+    turn1 = client.complete("policy", prompt, max_tokens=10, seed=5, ignore_eos=True).choices[0]
+    history = prompt + turn1.token_ids + [40, 41, 42]  # the next turn: exact previous ids + an observation
+    turn2 = client.complete("policy", history, max_tokens=10, seed=6, ignore_eos=True).choices[0]
+    assert hit_tokens() - before >= len(prompt) + len(turn1.token_ids) - 1
+    ref = reference_logprobs(reference, history, turn2.token_ids)
+    assert max(abs(a - b) for a, b in zip(turn2.logprobs, ref, strict=True)) < 1e-4
