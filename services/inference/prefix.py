@@ -55,12 +55,13 @@ class PrefixCache:
             return None
         best_key, best_len = None, 0
         limit = len(prompt) - 1
+        wanted = tuple(prompt)
         for key in self.entries:
             key_adapter, ids = key
             length = min(len(ids), limit)
             if key_adapter != adapter or length <= best_len:
                 continue
-            if tuple(prompt[:length]) == ids[:length]:
+            if wanted[:length] == ids[:length]:
                 best_key, best_len = key, length
         if best_key is None:
             return None
