@@ -15,7 +15,7 @@ import numpy as np
 from fastapi import FastAPI, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.retriever.batching import MicroBatcher
+from services.retriever.batching import BatcherStopped, MicroBatcher
 from services.retriever.config import RetrieverSettings
 from services.retriever.corpus import CorpusStore
 from services.retriever.engine import SearchSpec, load_retriever
@@ -112,7 +112,10 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
         spec = resolve(body, settings)
         if not spec.queries:
             return Response(b'{"result":[]}', media_type="application/json")
-        ids, scores = await app.state.batcher.submit(spec)
+        try:
+            ids, scores = await app.state.batcher.submit(spec)
+        except BatcherStopped as exc:  # shutting down: a retryable 503, not a 500 or a hang
+            raise ApiError(str(exc), 503, "ServiceUnavailableError") from exc
         metrics.queries.labels(spec.mode).inc(len(spec.queries))
         return Response(render(app.state.retriever.corpus, ids, scores, body.return_scores),
                         media_type="application/json")

@@ -22,6 +22,10 @@ log = get_logger(__name__)
 BatchObserver = Callable[[int, int], None]  # (requests in the batch, queries in the batch)
 
 
+class BatcherStopped(RuntimeError):
+    """The batcher is not running (not started yet, or shutting down): the route answers 503."""
+
+
 class MicroBatcher:
     """``await submit(spec)`` → that spec's ``(ids, scores)``, computed together with its neighbours."""
 
@@ -41,14 +45,20 @@ class MicroBatcher:
         self._task = asyncio.create_task(self._loop(), name="retriever-batcher")
 
     async def stop(self) -> None:
+        """Stop taking batches; requests still queued or mid-batch fail with ``BatcherStopped``, never hang."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        while not self._queue.empty():
+            _, future = self._queue.get_nowait()
+            if not future.done():
+                future.set_exception(BatcherStopped("the retriever is shutting down"))
+        # Wait (off the event loop) for a batch still running in the thread, so the index is not closed under it.
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
 
     async def submit(self, spec: SearchSpec) -> Result:
         if self._task is None or self._task.done():
-            raise RuntimeError("the batcher is not running")
+            raise BatcherStopped("the retriever is not running")
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((spec, future))
         return await future
@@ -83,6 +93,11 @@ class MicroBatcher:
             self.on_batch(len(live), sum(len(spec.queries) for spec, _ in live))
             try:
                 results = await loop.run_in_executor(self._executor, self.run, [spec for spec, _ in live])
+            except asyncio.CancelledError:
+                for _, fut in live:
+                    if not fut.done():
+                        fut.set_exception(BatcherStopped("the retriever is shutting down"))
+                raise
             except Exception as exc:  # the route turns it into an error answer; the batcher keeps going
                 log.exception("batch failed", extra={"requests": len(live)})
                 for _, fut in live:

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from services.retriever.batching import MicroBatcher
+from services.retriever.batching import BatcherStopped, MicroBatcher
 from services.retriever.engine import SearchSpec
 
 
@@ -68,5 +68,27 @@ async def test_a_failing_batch_fails_its_callers_and_the_batcher_survives():
 
 
 async def test_submit_before_start_is_an_error():
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(BatcherStopped, match="not running"):
         await MicroBatcher(lambda specs: []).submit(SearchSpec(["q"], k=1))
+
+
+async def test_stop_fails_queued_and_running_requests_instead_of_hanging():
+    release = threading.Event()
+
+    def slow(specs):
+        release.wait(5)
+        return [(np.zeros((1, 1)), np.zeros((1, 1))) for _ in specs]
+
+    batcher = MicroBatcher(slow, window_s=0.0, max_queries=1)
+    await batcher.start()
+    running = asyncio.create_task(batcher.submit(SearchSpec(["a"], k=1)))
+    await asyncio.sleep(0.05)  # the first request is inside the slow batch now
+    queued = asyncio.create_task(batcher.submit(SearchSpec(["b"], k=1)))
+    await asyncio.sleep(0.01)
+    stopping = asyncio.create_task(batcher.stop())
+    await asyncio.sleep(0.05)
+    release.set()
+    await stopping
+    for task in (running, queued):
+        with pytest.raises(BatcherStopped):
+            await asyncio.wait_for(task, 5)
