@@ -57,6 +57,7 @@ def _eval_parser(sub) -> None:
     p.add_argument("--fusion", choices=["minmax", "rrf", "zscore"], default="minmax")
     p.add_argument("--sparse-weight", type=float, default=0.5)
     p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--cpu-threads", type=int, default=0, help="torch/FAISS threads (0: library default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a Markdown table")
 
 
@@ -95,7 +96,8 @@ def run_eval(args: argparse.Namespace) -> None:
     from services.retriever.engine import load_retriever
     from services.retriever.evaluate import evaluate, format_table, load_qa
 
-    settings = RetrieverSettings.load(index_dir=str(args.index), dense_backend=args.dense_backend)
+    settings = RetrieverSettings.load(index_dir=str(args.index), dense_backend=args.dense_backend,
+                                      cpu_threads=args.cpu_threads)
     retriever = load_retriever(settings)
     table = evaluate(retriever, load_qa(args.qa), fusion=args.fusion, sparse_weight=args.sparse_weight,
                      depth=args.depth)
