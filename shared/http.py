@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
@@ -64,8 +65,9 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         message = _validation_message(exc)
+        # jsonable_encoder: a validator's ValueError sits in the error's ctx and is not JSON by itself.
         return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": 400},
-                             "detail": exc.errors()}, status_code=400)
+                             "detail": jsonable_encoder(exc.errors())}, status_code=400)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:

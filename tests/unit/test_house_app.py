@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from fastapi.testclient import TestClient
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from shared.http import ApiError, create_app
 from shared.log import JsonFormatter, KeyValueFormatter, get_logger
@@ -13,6 +13,13 @@ from shared.log import JsonFormatter, KeyValueFormatter, get_logger
 
 class Body(BaseModel):
     n: int
+
+    @field_validator("n")
+    @classmethod
+    def _not_13(cls, v: int) -> int:
+        if v == 13:
+            raise ValueError("13 is unlucky")
+        return v
 
 
 def make_client(checks=None):
@@ -49,6 +56,8 @@ def test_bad_input_is_4xx_with_message():
     client = make_client()
     r = client.post("/echo", json={"n": "x"})
     assert r.status_code == 400 and "n: Input should be a valid integer" in r.json()["error"]["message"]
+    r = client.post("/echo", json={"n": 13})  # a validator's ValueError is a 400 too, not a 500
+    assert r.status_code == 400 and "13 is unlucky" in r.json()["error"]["message"]
     r = client.post("/echo", json={"n": -1})
     assert r.status_code == 400 and r.json()["error"]["message"] == "n must be >= 0, got -1"
     r = client.post("/echo", content=b'{"n": 1' + b" " * 200 + b"}", headers={"content-type": "application/json"})
