@@ -26,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "trainer.md"
+RAW = REPO / "bench" / "results" / "trainer.json"  # sections skipped in a run are kept from the last one
 
 
 def lengths(rng: random.Random, n: int) -> list[int]:
@@ -101,12 +102,19 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
 
 
 def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
+    """2 ranks per run, publishing into the real server with the sync check after every publish."""
+    import json
+
+    from shared.inference_client import SyncInferenceClient
     from shared.protocol import TrajectoryGroup
     from shared.redis_server import RedisServer, free_port
     from shared.stream import StreamQueue
-    from tests.integration.trainer.harness import random_group, trainer_env
+    from tests.integration.trainer.harness import random_group, start_server, trainer_env
 
     out = {}
+    server, url = start_server(model_dir, work)
+    with SyncInferenceClient(url) as llm:
+        llm.wait_ready(180)
     with RedisServer() as redis_server:
         client = redis_server.client()
         for stage in (2, 3):
@@ -120,14 +128,20 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
                    str(free_port()), "-m", "services.trainer", "train", "--model", str(model_dir), "--redis-url",
                    redis_server.url, "--zero-stage", str(stage), "--groups-per-step", "4", "--max-steps", str(steps),
                    "--checkpoint-dir", str(run / "ckpt"), "--weights-dir", str(run / "w"), "--log-dir",
-                   str(run / "logs"), "--port", "0", "--max-staleness", "1000", "--micro-batch-tokens", "256"]
+                   str(run / "logs"), "--port", "0", "--max-staleness", "1000", "--micro-batch-tokens", "256",
+                   "--inference-url", url, "--sync-check", "true"]
             start = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=900)
             wall = time.perf_counter() - start
             ok = proc.returncode == 0 and f"trained {steps} steps" in proc.stdout
             version = client.get("policy:version")
+            log = run / "logs" / "train.jsonl"
+            diffs = [json.loads(x).get("sync_max_abs_diff", float("nan")) for x in log.read_text().splitlines()] \
+                if log.is_file() else [float("nan")]
             out[stage] = {"ok": ok, "wall_s": wall, "version": None if version is None else int(version),
-                          "tail": "" if ok else (proc.stdout + proc.stderr)[-2000:]}
+                          "sync": max(diffs), "tail": "" if ok else (proc.stdout + proc.stderr)[-2000:]}
+    server.terminate()
+    server.wait(30)
     return out
 
 
@@ -157,10 +171,12 @@ def write(results: dict, args) -> str:
             lines.append(f"| {kind} | {m['trainable']:,} | {m['median_s']:.3f} | {m['max_s']:.3f} |")
         lines.append("")
     if "multiproc" in results:
-        lines += ["## 2 processes (torchrun, gloo, CPU)", "", "| ZeRO stage | finished | wall s (incl. start-up) | "
-                  "policy version |", "|---|---|---:|---:|"]
+        lines += ["## 2 processes (torchrun, gloo, CPU), publishing full weights into the real server", "",
+                  "| ZeRO stage | finished | wall s (incl. start-up) | policy version | max abs logprob diff "
+                  "server vs trainer after each publish |", "|---|---|---:|---:|---:|"]
         for stage, m in results["multiproc"].items():
-            lines.append(f"| {stage} | {'yes' if m['ok'] else 'NO'} | {m['wall_s']:.1f} | {m['version']} |")
+            lines.append(f"| {stage} | {'yes' if m['ok'] else 'NO'} | {m['wall_s']:.1f} | {m['version']} | "
+                         f"{m['sync']:.1e} |")
         lines.append("")
     text = "\n".join(lines)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -175,16 +191,21 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=4096, help="token slots per micro-batch")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (best is reported)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps of each multi-process run")
-    parser.add_argument("--skip-publish", action="store_true")
-    parser.add_argument("--skip-multiproc", action="store_true")
+    parser.add_argument("--skip-packing", action="store_true", help="keep the last run's packing section")
+    parser.add_argument("--skip-publish", action="store_true", help="keep the last run's publish section")
+    parser.add_argument("--skip-multiproc", action="store_true", help="keep the last run's multi-process section")
     args = parser.parse_args()
+    import json
+
     from services.inference.factory import build_tiny_model, count_parameters, read_texts
 
+    results = json.loads(RAW.read_text()) if RAW.is_file() else {}
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         work = Path(tmp)
         model = build_tiny_model(work / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=2000), args.size)
-        results = {"params": count_parameters(model)}
-        results["packing"] = bench_packing(model, args.samples, args.budget, args.repeats)
+        results["params"] = count_parameters(model)
+        if not args.skip_packing:
+            results["packing"] = bench_packing(model, args.samples, args.budget, args.repeats)
         if not args.skip_publish:
             results["publish"] = bench_publish(model, work, max(args.repeats, 3))
         if not args.skip_multiproc:
@@ -192,6 +213,7 @@ def main() -> int:
             for stage, m in results["multiproc"].items():
                 if not m["ok"]:
                     print(f"ZeRO-{stage} run failed:\n{m['tail']}", file=sys.stderr)
+    RAW.write_text(json.dumps(results, indent=1))
     print(write(results, args))
     return 0
 
