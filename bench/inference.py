@@ -5,7 +5,8 @@
 For each model size: build it with the factory, start ``python -m services.inference serve`` as a child
 process, send the same N requests one at a time and then all at once (throughput in generated tokens/s),
 then time full-weight reloads (``/pause`` → ``/collective_rpc`` → ``/resume``) and LoRA load/unload on the
-idle server. Writes ``bench/results/inference.md``.
+idle server, then agent-like multi-turn sessions with the prefix cache on and off (a second server).
+Writes ``bench/results/inference.md``.
 """
 
 from __future__ import annotations
@@ -87,9 +88,23 @@ async def weight_updates(url: str, model_dir: Path, root: Path, adapter: Path, r
     return {k: statistics.median(v) for k, v in timings.items()}
 
 
-def start_server(model_dir: Path, root: Path, port: int) -> subprocess.Popen:
+async def multi_turn(url: str, sessions: int, turns: int, max_tokens: int) -> float:
+    """Agent-like load: each turn's prompt is the previous prompt + its completion + 8 observation ids."""
+    async with InferenceClient(url) as llm:
+        async def session(i: int) -> None:
+            ids = prompts(sessions, 4000)[i]
+            for turn in range(turns):
+                out = await llm.complete("policy", ids, max_tokens=max_tokens, seed=100 * i + turn, ignore_eos=True)
+                ids = ids + out.choices[0].token_ids + [20 + turn] * 8
+
+        start = time.perf_counter()
+        await asyncio.gather(*[session(i) for i in range(sessions)])
+        return time.perf_counter() - start
+
+
+def start_server(model_dir: Path, root: Path, port: int, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "services.inference", "serve", "--model", str(model_dir), "--port", str(port),
-           "--served-model-name", "policy", "--weights-root", str(root), "--max-num-seqs", "128"]
+           "--served-model-name", "policy", "--weights-root", str(root), "--max-num-seqs", "128", *extra]
     env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
     return subprocess.Popen(cmd, cwd=REPO, env=env)
 
@@ -113,11 +128,27 @@ async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict:
         print(f"[{size}] concurrent: {con_tokens} tokens in {con_s:.1f}s", file=sys.stderr, flush=True)
         updates = await weight_updates(url, model_dir, root, adapter, args.repeats)
         print(f"[{size}] weight updates: {updates}", file=sys.stderr, flush=True)
+        cached_s = await multi_turn(url, args.sessions, args.turns, 32)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    uncached_s = await _multi_turn_without_cache(model_dir, root, args)
+    print(f"[{size}] multi-turn: {cached_s:.1f}s cached vs {uncached_s:.1f}s uncached", file=sys.stderr)
     return {"size": size, "params": count_parameters(model_dir), "seq_tps": seq_tokens / seq_s,
-            "con_tps": con_tokens / con_s, "seq_s": seq_s, "con_s": con_s, "tokens": con_tokens, **updates}
+            "con_tps": con_tokens / con_s, "seq_s": seq_s, "con_s": con_s, "tokens": con_tokens,
+            "mt_cached": cached_s, "mt_uncached": uncached_s, **updates}
+
+
+async def _multi_turn_without_cache(model_dir: Path, root: Path, args: argparse.Namespace) -> float:
+    port = free_port()
+    proc = start_server(model_dir, root, port, "--prefix-cache-tokens", "0")
+    try:
+        async with InferenceClient(f"http://127.0.0.1:{port}") as llm:
+            await llm.wait_ready(180)
+        return await multi_turn(f"http://127.0.0.1:{port}", args.sessions, args.turns, 32)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: tuple[float, float]) -> None:
@@ -155,7 +186,13 @@ def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: t
         lines.append(f"| {r['size']} | {r['full reload']:.3f} | {r['LoRA load']:.3f} | {r['LoRA unload']:.3f} |")
     lines += ["", "Full reload reads every `*.safetensors` of the directory, checks names and shapes, waits for "
               "in-flight requests, then copies in place; the times include the HTTP round trips of the client.",
-              ""]
+              "", f"## Multi-turn sessions: prefix cache on vs off ({args.sessions} concurrent sessions × "
+              f"{args.turns} turns, 32 tokens per turn, each prompt = previous prompt + completion + 8 ids)", "",
+              "| model | prefix cache on (s) | off (s) | speed-up |", "|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['size']} | {r['mt_cached']:.1f} | {r['mt_uncached']:.1f} | "
+                     f"**{r['mt_uncached'] / r['mt_cached']:.1f}×** |")
+    lines.append("")
     path.write_text("\n".join(lines))
 
 
@@ -165,6 +202,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--out", default=str(REPO / "bench/results/inference.md"))
     args = parser.parse_args()
     load_start = os.getloadavg()[0]
