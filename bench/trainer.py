@@ -149,11 +149,12 @@ def write(results: dict, args) -> str:
     p = results["packing"]
     lines = [
         "# Trainer benchmark", "",
-        f"Written by `bench/trainer.py` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); model "
+        "Written by `bench/trainer.py`; model "
         f"`make-tiny --size {args.size}` ({results['params']:,} parameters), CPU, fp32, torch threads "
-        f"{os.environ.get('OMP_NUM_THREADS', 'default')}. Numbers are what this run measured on a shared 2-core "
+        f"{results.get('threads', 'default')}. Numbers are what this run measured on a shared 2-core "
         "machine (other jobs were running), best of the repeats.", "",
         "## Packing vs padding (one optimizer step: forward + backward + AdamW)", "",
+        f"Measured {results.get('measured_at', {}).get('packing', '?')}.", "",
         f"{p['samples']} samples, {p['real_tokens']:,} real tokens, lengths log-normal in [40, 1024]; micro-batch "
         f"budget {p['budget']} token slots.", "",
         "| layout | micro-batches | token slots | fill | step s | real tokens/s |",
@@ -166,12 +167,14 @@ def write(results: dict, args) -> str:
     lines += ["", f"**Packing speed-up: {p['speedup']:.2f}×** (target ≥ 1.5×).", ""]
     if "publish" in results:
         lines += ["## Weight publish latency (write atomically → server loads → live)", "",
+                  f"Measured {results.get('measured_at', {}).get('publish', '?')}.", "",
                   "| kind | trainable params | median s | max s |", "|---|---:|---:|---:|"]
         for kind, m in results["publish"].items():
             lines.append(f"| {kind} | {m['trainable']:,} | {m['median_s']:.3f} | {m['max_s']:.3f} |")
         lines.append("")
     if "multiproc" in results:
         lines += ["## 2 processes (torchrun, gloo, CPU), publishing full weights into the real server", "",
+                  f"Measured {results.get('measured_at', {}).get('multiproc', '?')}; 3 optimizer steps each.", "",
                   "| ZeRO stage | finished | wall s (incl. start-up) | policy version | max abs logprob diff "
                   "server vs trainer after each publish |", "|---|---|---:|---:|---:|"]
         for stage, m in results["multiproc"].items():
@@ -204,12 +207,18 @@ def main() -> int:
         work = Path(tmp)
         model = build_tiny_model(work / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=2000), args.size)
         results["params"] = count_parameters(model)
+        results["threads"] = os.environ.get("OMP_NUM_THREADS", "default")
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        measured = results.setdefault("measured_at", {})
         if not args.skip_packing:
             results["packing"] = bench_packing(model, args.samples, args.budget, args.repeats)
+            measured["packing"] = stamp
         if not args.skip_publish:
             results["publish"] = bench_publish(model, work, max(args.repeats, 3))
+            measured["publish"] = stamp
         if not args.skip_multiproc:
             results["multiproc"] = bench_multiproc(model, work, args.steps)
+            measured["multiproc"] = stamp
             for stage, m in results["multiproc"].items():
                 if not m["ok"]:
                     print(f"ZeRO-{stage} run failed:\n{m['tail']}", file=sys.stderr)
