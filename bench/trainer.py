@@ -151,8 +151,9 @@ def write(results: dict, args) -> str:
         "# Trainer benchmark", "",
         "Written by `bench/trainer.py`; model "
         f"`make-tiny --size {args.size}` ({results['params']:,} parameters), CPU, fp32, torch threads "
-        f"{results.get('threads', 'default')}. Numbers are what this run measured on a shared 2-core "
-        "machine (other jobs were running), best of the repeats.", "",
+        f"{results.get('threads', 'default')}. Numbers are what the script measured on a shared 2-core "
+        "machine (other jobs were running), best of the repeats; each section says when it ran (`--skip-…` "
+        "keeps a section from an earlier run).", "",
         "## Packing vs padding (one optimizer step: forward + backward + AdamW)", "",
         f"Measured {results.get('measured_at', {}).get('packing', '?')}.", "",
         f"{p['samples']} samples, {p['real_tokens']:,} real tokens, lengths log-normal in [40, 1024]; micro-batch "
