@@ -19,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
     StackSettings.add_arguments(train)
+    sub.add_parser("config-reference", help="print the configuration reference (markdown) of every service")
     args = parser.parse_args(argv)
+    if args.command == "config-reference":
+        from services.stack.reference import render
+
+        print(render(), end="")
+        return 0
     if not args.recipe:
         parser.error("--recipe is required (e.g. configs/tiny-cpu.toml)")
 

@@ -108,6 +108,12 @@ class Supervisor:
             time.sleep(0.5)
         return service.proc.returncode
 
+    def stop(self, service: Service) -> None:
+        """Stop one service (if still running) and stop watching it."""
+        self._stop(service)
+        if service in self.services:
+            self.services.remove(service)
+
     def stop_all(self) -> None:
         for service in reversed(self.services):
             self._stop(service)

@@ -64,11 +64,13 @@ class LocalStack:
     def url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
 
-    def env(self) -> dict[str, str]:
+    def env(self, recipe: str | None = None, tag: str = "") -> dict[str, str]:
+        """Run-specific overrides for every service; ``tag`` gives a trainer run its own folders."""
         p, run = self.ports, self.run
+        out = run / tag if tag else run
         redis_url = f"redis://127.0.0.1:{p.redis}/0"
         return {
-            "CODA_RECIPE": self.recipe,
+            "CODA_RECIPE": recipe or self.recipe,
             "CODA_RETRIEVER_INDEX_DIR": str(run / "index"), "CODA_RETRIEVER_PORT": str(p.retriever),
             "CODA_RETRIEVER_HOST": "127.0.0.1",
             "CODA_INFERENCE_MODEL": str(self.model_dir), "CODA_INFERENCE_PORT": str(p.inference),
@@ -80,13 +82,14 @@ class LocalStack:
             "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher), "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
             "CODA_TRAINER_MODEL": str(self.model_dir), "CODA_TRAINER_REDIS_URL": redis_url,
             "CODA_TRAINER_INFERENCE_URL": self.url(p.inference), "CODA_TRAINER_PORT": str(p.trainer),
-            "CODA_TRAINER_WEIGHTS_DIR": str(run / "weights"), "CODA_TRAINER_CHECKPOINT_DIR": str(run / "checkpoints"),
-            "CODA_TRAINER_LOG_DIR": str(run / "trainer"),
+            "CODA_TRAINER_WEIGHTS_DIR": str(out / "weights"), "CODA_TRAINER_CHECKPOINT_DIR": str(out / "checkpoints"),
+            "CODA_TRAINER_LOG_DIR": str(out / "trainer"),
         }
 
-    def service(self, name: str, args: list[str], health_port: int | None = None, **env: str) -> Service:
+    def service(self, name: str, args: list[str], health_port: int | None = None, *, recipe: str | None = None,
+                tag: str = "", **env: str) -> Service:
         health = f"{self.url(health_port)}/health" if health_port else None
-        return Service(name, [PY, "-m", *args], health_url=health, env={**self.env(), **env})
+        return Service(name, [PY, "-m", *args], health_url=health, env={**self.env(recipe, tag), **env})
 
     # ---------------------------------------------------------------- phases
     def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
@@ -96,7 +99,7 @@ class LocalStack:
         code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s)
         if code != 0:
             raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
-        sup.services.remove(service)
+        sup.stop(service)
         say(f"{name} done in {time.time() - started:.0f}s")
 
     def prepare(self, sup: Supervisor) -> None:
@@ -113,13 +116,14 @@ class LocalStack:
         self.job(sup, "make-tiny", tiny)
         self.job(sup, "index", ["services.retriever", "build", "--corpus", s.corpus, "--out", str(self.run / "index")])
 
-    def start_servers(self, sup: Supervisor) -> None:
+    def start_servers(self, sup: Supervisor, searcher: bool | None = None) -> None:
+        """Redis, retriever, inference, and the searcher when the agent needs it (or ``searcher=True``)."""
         p = self.ports
         sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
                                          str(self.run / "redis")]))
         sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
         sup.start(self.service("inference", ["services.inference", "serve"], p.inference))
-        if self.agent == "thinker-searcher":
+        if searcher or (searcher is None and self.agent == "thinker-searcher"):
             sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         say("servers healthy: " + ", ".join(s.name for s in sup.services))
 
@@ -141,17 +145,33 @@ class LocalStack:
         self.job(sup, f"eval-{label}", args)
         return read_eval(out)
 
-    def train(self, sup: Supervisor, sft: Path | None) -> None:
-        env = {"CODA_TRAINER_SFT_DATA": str(sft)} if sft else {}
-        trainer = sup.start(self.service("trainer", ["services.trainer", "train"], self.ports.trainer, **env))
-        sup.start(self.service("rollout", ["services.rollout", "serve"], self.ports.rollout))
-        log_file = self.run / "trainer" / "train.jsonl"
+    def start_training(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "",
+                       **env: str) -> tuple[Service, Service]:
+        """Start the trainer, then the rollout (which waits for the trainer's first weights)."""
+        if sft:
+            env["CODA_TRAINER_SFT_DATA"] = str(sft)
+        trainer = sup.start(self.service("trainer", ["services.trainer", "train"], self.ports.trainer,
+                                         recipe=recipe, tag=tag, **env))
+        rollout = sup.start(self.service("rollout", ["services.rollout", "serve"], self.ports.rollout,
+                                         recipe=recipe, tag=tag, **env))
+        return trainer, rollout
+
+    def stop(self, sup: Supervisor, *services: Service) -> None:
+        for service in services:
+            sup.stop(service)
+
+    def train(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "",
+              **env: str) -> Path:
+        """Trainer + rollout until the trainer reaches its ``max_steps``; returns the trainer's JSONL log."""
+        trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, **env)
+        log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
+        max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
         shown = {"step": -1, "at": 0.0}
 
         def progress() -> None:
             # A line per new step, or a heartbeat once a minute while a step is slow.
-            step, line = training_progress(log_file, self.max_steps, time.time() - start)
+            step, line = training_progress(log_file, max_steps, time.time() - start)
             if step != shown["step"] or time.time() - shown["at"] > 60:
                 say(line)
                 shown.update(step=step, at=time.time())
@@ -160,11 +180,9 @@ class LocalStack:
                             tick_s=self.settings.progress_every_s)
         if code != 0:
             raise RuntimeError(f"trainer exited with code {code}; last log lines:\n{trainer.tail()}")
-        sup.services.remove(trainer)
-        rollout = next(s for s in sup.services if s.name == "rollout")
-        sup._stop(rollout)
-        sup.services.remove(rollout)
+        self.stop(sup, trainer, rollout)
         say(f"training done in {time.time() - start:.0f}s")
+        return log_file
 
     def run_all(self) -> str:
         with Supervisor(self.run / "logs") as sup:

@@ -1,0 +1,62 @@
+"""The configuration reference: one table per service, generated from the settings classes themselves.
+
+``python -m services.stack config-reference > docs/configuration.md``; a test regenerates it and compares, so
+the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import typing
+
+from pydantic.fields import FieldInfo
+
+# (service, module holding its settings class, class name)
+SETTINGS = [
+    ("retriever", "services.retriever.config", "RetrieverSettings"),
+    ("inference", "services.inference.config", "InferenceSettings"),
+    ("rollout", "services.rollout.config", "RolloutSettings"),
+    ("searcher", "services.searcher.config", "SearcherSettings"),
+    ("trainer", "services.trainer.config", "TrainerSettings"),
+    ("stack", "services.stack.config", "StackSettings"),
+]
+
+HEADER = """# Configuration reference
+
+Generated from the settings classes by `python -m services.stack config-reference`; do not edit by hand.
+
+Every service reads, lowest to highest precedence: the defaults below < its table of the recipe TOML
+(`CODA_RECIPE=configs/….toml` or `--recipe`) < environment variables < command-line flags (`--field-name`).
+Unknown keys are errors. List and table values take JSON in environment variables and flags.
+"""
+
+
+def settings_class(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+def _type_name(annotation) -> str:
+    text = str(annotation) if typing.get_origin(annotation) else getattr(annotation, "__name__", str(annotation))
+    return text.replace("typing.", "").replace("NoneType", "None")
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        return repr(field.default_factory())
+    return repr(field.default)
+
+
+def render() -> str:
+    parts = [HEADER]
+    for service, module, name in SETTINGS:
+        cls = settings_class(module, name)
+        prefix = cls.model_config.get("env_prefix", "")
+        parts.append(f"\n## `[{cls.toml_section}]` — {service} (`{module}.{name}`, env `{prefix}…`)\n")
+        parts.append("| key | type | default | description |")
+        parts.append("|---|---|---|---|")
+        for key, field in cls.model_fields.items():
+            desc = (field.description or "").replace("|", "\\|")
+            kind = _type_name(field.annotation).replace("|", "\\|")
+            default = _default(field).replace("|", "\\|")
+            parts.append(f"| `{key}` | `{kind}` | `{default}` | {desc} |")
+    return "\n".join(parts) + "\n"
