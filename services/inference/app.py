@@ -59,7 +59,8 @@ class Server:
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}
         self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
-                             seed=settings.seed, metrics=metrics, prefix_cache_tokens=settings.prefix_cache_tokens)
+                             seed=settings.seed, metrics=metrics, prefix_cache_tokens=settings.prefix_cache_tokens,
+                             max_prefill_batch=settings.max_prefill_batch)
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
         metrics.running.set_function(lambda: self.engine.num_running)
         metrics.waiting.set_function(lambda: self.engine.num_waiting)

@@ -25,6 +25,7 @@ class InferenceSettings(ServiceSettings):
     port: int = Field(8002, ge=1, le=65535, description="HTTP port")
     max_model_len: int | None = Field(None, ge=2, description="Context length; default: the model config's")
     max_num_seqs: int = Field(128, ge=1, description="Most sequences decoded together in one forward pass")
+    max_prefill_batch: int = Field(16, ge=1, description="New prompts run together in one prefill pass")
     max_tokens_default: int = Field(16, ge=1, description="max_tokens when a request sends none (vLLM: 16)")
     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
         "raw_logprobs", description="Logprobs of the raw model (vLLM default) or of the sampled distribution")

@@ -79,8 +79,9 @@ class _Op:
 class Engine:
     def __init__(self, runner: ModelRunner, *, max_num_seqs: int = 128, logprobs_mode: LogprobsMode =
                  "raw_logprobs", seed: int = 0, metrics: EngineMetrics | None = None,
-                 prefix_cache_tokens: int = 0) -> None:
+                 prefix_cache_tokens: int = 0, max_prefill_batch: int = 16) -> None:
         self.runner, self.max_num_seqs, self.logprobs_mode = runner, max_num_seqs, logprobs_mode
+        self.max_prefill_batch = max_prefill_batch
         self.metrics = metrics
         self.prefix = PrefixCache(prefix_cache_tokens)  # engine thread only
         self.version = 0
@@ -177,40 +178,57 @@ class Engine:
         return False
 
     def _admit(self) -> None:
+        """Admit whole waiting requests while seats are free, and prefill them together."""
+        admitted: list[GenerationRequest] = []
+        seats = self.max_num_seqs - len(self.running)
         while self.waiting:
             request = self.waiting[0]
             size = len(request.sequences)
-            if self.running and len(self.running) + size > self.max_num_seqs:
-                return
+            if (self.running or admitted) and size > seats:
+                break
             self.waiting.popleft()
+            missing = request.adapters - self.runner.adapters
             if request.future.cancelled():
                 continue
-            try:
-                self._prefill(request)
-            except Exception as exc:
+            if missing:
+                _resolve(request.future, error=AdapterNotLoaded(
+                    f"The lora adapter '{sorted(missing)[0]}' cannot be found."))
+                continue
+            request.version = self.version
+            admitted.append(request)
+            seats -= size
+        if not admitted:
+            return
+        try:
+            self._prefill(admitted)
+        except Exception as exc:
+            running = {id(seq) for seq in self.running}
+            for request in admitted:
                 _resolve(request.future, error=exc)
+                for seq in request.sequences:
+                    if id(seq) not in running:
+                        self.owners.pop(id(seq), None)
 
-    def _prefill(self, request: GenerationRequest) -> None:
-        missing = request.adapters - self.runner.adapters
-        if missing:
-            raise AdapterNotLoaded(f"The lora adapter '{sorted(missing)[0]}' cannot be found.")
-        request.version = self.version
+    def _prefill(self, requests: list[GenerationRequest]) -> None:
+        """Run each distinct (prompt, adapter) once, several per forward pass; its choices share the KV."""
         groups: dict[tuple, list[Sequence]] = {}
-        for seq in request.sequences:
-            groups.setdefault((tuple(seq.prompt), seq.adapter), []).append(seq)
-        for (prompt, adapter), seqs in groups.items():
-            hit = self.prefix.get(adapter, list(prompt))
-            logits, layers = self.runner.prefill(list(prompt), adapter, hit)
-            self.prefix.put(adapter, list(prompt), layers)
-            if hit and self.metrics:
-                self.metrics.on_prefix_hit(hit.length)
-            n = len(seqs)
-            expanded = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]
-            self.kv.add_rows(expanded)
-            for seq in seqs:
+        for request in requests:
+            for seq in request.sequences:
                 self.owners[id(seq)] = request
-            self.running.extend(seqs)
-            self._advance(seqs, logits.unsqueeze(0).expand(n, -1))
+                groups.setdefault((tuple(seq.prompt), seq.adapter), []).append(seq)
+        keys = list(groups)
+        for first in range(0, len(keys), self.max_prefill_batch):
+            chunk = keys[first:first + self.max_prefill_batch]
+            items = [(list(prompt), adapter, self.prefix.get(adapter, list(prompt))) for prompt, adapter in chunk]
+            for (prompt, adapter, hit), (logits, layers) in zip(items, self.runner.prefill_batch(items), strict=True):
+                self.prefix.put(adapter, prompt, layers)
+                if hit and self.metrics:
+                    self.metrics.on_prefix_hit(hit.length)
+                seqs = groups[(tuple(prompt), adapter)]
+                n = len(seqs)
+                self.kv.add_rows([(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers])
+                self.running.extend(seqs)
+                self._advance(seqs, logits.unsqueeze(0).expand(n, -1))
         self._reap()
 
     def _step(self) -> None:

@@ -54,13 +54,60 @@ class ModelRunner:
     def has_adapters(self) -> bool:
         return self.model is not self.base
 
-    def _forward(self, adapters: list[str | None], **inputs) -> torch.Tensor:
+    def _forward(self, adapters: list[str | None], keep: int | torch.Tensor = 1, **inputs) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` of each row's last position, or ``[rows, len(keep), vocab]`` at the
+        positions of a ``keep`` index tensor (only those rows of hidden states meet the LM head)."""
         if self.has_adapters:
             inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
         elif any(adapters):
             raise RuntimeError(f"adapter(s) {sorted({a for a in adapters if a})} are not loaded")
-        out = self.model(**inputs, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :].float()
+        out = self.model(**inputs, use_cache=True, logits_to_keep=keep)
+        return out.logits.float() if isinstance(keep, torch.Tensor) else out.logits[:, -1, :].float()
+
+    @torch.inference_mode()
+    def prefill_batch(self, items: list[tuple[list[int], str | None, Hit | None]]) -> list[tuple[torch.Tensor, list]]:
+        """``prefill`` for several prompts in one forward pass.
+
+        Cached prefixes are left-padded to a common length and the new tokens right-padded, so no query row is
+        ever fully masked (its first new token is real); pad columns are masked and cut away afterwards.
+        """
+        if len(items) == 1:
+            return [self.prefill(*items[0])]
+        starts = [hit.length if hit else 0 for _, _, hit in items]
+        suffixes = [prompt[start:] for (prompt, _, _), start in zip(items, starts, strict=True)]
+        past, new = max(starts), max(len(x) for x in suffixes)
+        ids = torch.full((len(items), new), self.tokenizer.pad_token_id or 0)
+        mask = torch.zeros(len(items), past + new, dtype=torch.long)
+        positions = torch.zeros(len(items), new, dtype=torch.long)
+        for row, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
+            ids[row, :len(suffix)] = torch.tensor(suffix)
+            mask[row, past - start:past + len(suffix)] = 1
+            positions[row] = torch.arange(start, start + new)
+        cache = DynamicCache(ddp_cache_data=self._padded_past(items, past)) if past else DynamicCache()
+        lasts = sorted({len(suffix) - 1 for suffix in suffixes})
+        logits = self._forward([adapter for _, adapter, _ in items], keep=torch.tensor(lasts), input_ids=ids,
+                               attention_mask=mask, position_ids=positions, past_key_values=cache)
+        results = []
+        for row, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
+            keep = torch.cat([torch.arange(past - start, past), torch.arange(past, past + len(suffix))])
+            layers = [(layer.keys[row:row + 1].index_select(2, keep), layer.values[row:row + 1].index_select(2, keep))
+                      for layer in cache.layers]
+            results.append((logits[row, lasts.index(len(suffix) - 1)], layers))
+        return results
+
+    def _padded_past(self, items: list[tuple[list[int], str | None, Hit | None]], past: int) -> list:
+        """Per layer (keys, values) ``[rows, heads, past, dim]``: each row's cached prefix, left-padded."""
+        template = next(hit.layers for _, _, hit in items if hit)
+        layers = []
+        for index, (k0, v0) in enumerate(template):
+            keys = k0.new_zeros(len(items), k0.shape[1], past, k0.shape[3])
+            values = v0.new_zeros(len(items), v0.shape[1], past, v0.shape[3])
+            for row, (_, _, hit) in enumerate(items):
+                if hit:
+                    keys[row, :, past - hit.length:] = hit.layers[index][0][0]
+                    values[row, :, past - hit.length:] = hit.layers[index][1][0]
+            layers.append((keys, values))
+        return layers
 
     @torch.inference_mode()
     def prefill(self, prompt: list[int], adapter: str | None, cached: Hit | None = None) -> tuple[torch.Tensor, list]:

@@ -78,3 +78,18 @@ def test_cancelled_request_stops_decoding(runner):
         assert len(run(engine, SamplingParams(max_tokens=3, ignore_eos=True), n=1)[0].out_ids) == 3
     finally:
         engine.stop()
+
+
+def test_batched_prefill_equals_one_prompt_at_a_time(runner):
+    from services.inference.prefix import Hit
+
+    long_prompt = list(range(30, 70))
+    _, cached = runner.prefill(long_prompt[:25], None)
+    hit = Hit(25, cached)
+    items = [(PROMPT, None, None), (long_prompt, None, hit), ([7, 8], None, None), (long_prompt, None, None)]
+    batched = runner.prefill_batch(items)
+    for item, (logits, layers) in zip(items, batched, strict=True):
+        alone_logits, alone_layers = runner.prefill(item[0], None)
+        assert (logits - alone_logits).abs().max() < 1e-4
+        for (k, v), (k1, v1) in zip(layers, alone_layers, strict=True):
+            assert k.shape == k1.shape and (k - k1).abs().max() < 1e-4 and (v - v1).abs().max() < 1e-4
