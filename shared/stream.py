@@ -1,7 +1,8 @@
 """A typed queue over Redis Streams: publish, consume with a consumer group, ack, recover after crashes.
 
 Delivery is at-least-once. A consumer that dies before ``ack`` leaves its entries pending: restarted under
-the same name it gets them again (``read`` serves its own pending entries before new ones), and another
+the same name it gets them again (after a start, ``read`` serves each of its own pending entries once, before
+new ones; entries it reads and has not acked yet are not served twice within one run), and another
 consumer can ``claim`` them once they have been idle long enough. A message that does not decode or validate
 is moved to the dead-letter stream ``<stream>:dead`` with the reason, then acknowledged: it never crashes the
 consumer and is never dropped silently.
@@ -77,7 +78,8 @@ class StreamQueue(Generic[M]):
         self.consumer = consumer
         self.maxlen = maxlen
         self.approximate = approximate
-        self._recovering = True  # serve this consumer's own pending entries first after (re)start
+        self._recovering = True  # serve this consumer's own pending entries first after (re)start …
+        self._cursor = "0"  # … each once: the pending list is walked forward from this id
 
     # ---------------------------------------------------------------- producing
     def publish(self, message: M) -> str:
@@ -104,12 +106,15 @@ class StreamQueue(Generic[M]):
         stream and are not returned.
         """
         self._require_consumer()
-        if self._recovering:
-            entries = self._read_group("0", count, None)
+        while self._recovering:
+            entries, last = self._read_group(self._cursor, count, None)
+            if last is None:
+                self._recovering = False
+                break
+            self._cursor = last
             if entries:
                 return entries
-            self._recovering = False
-        return self._read_group(">", count, block_ms)
+        return self._read_group(">", count, block_ms)[0]
 
     def ack(self, *entry_ids: str) -> int:
         """Acknowledge processed entries; they leave the pending list for good."""
@@ -163,19 +168,21 @@ class StreamQueue(Generic[M]):
         if not (self.group and self.consumer):
             raise RuntimeError("this queue was opened for publishing only: pass group= and consumer=")
 
-    def _read_group(self, start: str, count: int, block_ms: int | None) -> list[Entry[M]]:
+    def _read_group(self, start: str, count: int, block_ms: int | None) -> tuple[list[Entry[M]], str | None]:
+        """Decoded entries and the id of the last raw row (None when the reply was empty)."""
         reply = self.r.xreadgroup(self.group, self.consumer, {self.stream: start}, count=count, block=block_ms)
-        if not reply:
-            return []
+        if not reply or not reply[0][1]:
+            return [], None
         _, rows = reply[0]
-        if start == "0":
+        last = _text(rows[-1][0])
+        if start != ">":
             # Own pending entries whose data was trimmed away come back with empty fields: nothing to redo.
             gone = [_text(i) for i, fields in rows if not fields]
             if gone:
                 log.warning("pending entries were trimmed before processing", extra={"count": len(gone)})
                 self.ack(*gone)
             rows = [(i, f) for i, f in rows if f]
-        return self._decode_entries(rows)
+        return self._decode_entries(rows), last
 
     def _decode_entries(self, rows) -> list[Entry[M]]:
         out: list[Entry[M]] = []

@@ -21,9 +21,9 @@ log = get_logger(__name__)
 class GroupReader:
     """Collects ``n`` groups per step from the consumer group, skipping entries already trained.
 
-    Entries stay pending across several reads (they are acked only after a checkpoint), so the queue's
-    recovery mode, which re-serves the consumer's pending entries on every read until they are acked, is
-    used once: the whole backlog is taken at start-up and served from here; later reads take new entries.
+    Entries stay pending across several reads (they are acked only after a checkpoint). The queue serves each
+    pending entry of this consumer once after a start: the whole backlog is taken at start-up and served from
+    here; later reads take new entries.
     """
 
     def __init__(self, queue: StreamQueue[TrajectoryGroup], covered: list[str], block_ms: int = 1000) -> None:
@@ -35,7 +35,6 @@ class GroupReader:
         self.queue.claim(min_idle_ms=0, count=1_000_000)
         pending = self.queue.pending_ids(self.queue.consumer)
         backlog = self.queue.read(count=len(pending)) if pending else []
-        self.queue._recovering = False  # the backlog is ours now; see the class docstring
         done = [e.id for e in backlog if e.id in set(covered)]
         if done:
             log.info("acknowledging groups the checkpoint already contains", extra={"count": len(done)})

@@ -19,6 +19,9 @@ from services.trainer import faults
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
 from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
+from shared.log import get_logger
+
+log = get_logger(__name__)
 
 # (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, metric sums)
 RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, dict[str, float]]]
@@ -80,6 +83,14 @@ def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs
     if ref is not None:
         _attach_reference(ref, rl_batches, eng.device)
     plan = [("rl", b) for b in rl_batches] + [("sft", b) for b in sft_batches]
+    if not plan:
+        # Nothing to learn from (every sample dropped or untrained, no demonstrations): an optimizer step
+        # without gradients would fail inside DeepSpeed, and skipping it changes nothing.
+        log.warning("step has no trainable tokens; optimizer step skipped",
+                    extra={"rl_samples": len(inp.rl), "sft_samples": len(inp.sft)})
+        return {"tokens": 0.0, "rl_entropy": float("nan"), "sft_entropy": float("nan"), "sft_loss": float("nan"),
+                "rl_tokens": 0.0, "rl_sequences": 0.0, "sft_tokens": 0.0, "micro_batches": 0.0,
+                "grad_norm": 0.0, "lr": float(eng.engine.get_lr()[0]), "seconds": time.perf_counter() - start}
     sums: dict[str, float] = {"rl_entropy_sum": 0.0, "sft_entropy_sum": 0.0, "sft_loss_sum": 0.0, "tokens": 0.0}
     eng.engine.train()
     for i, (kind, batch) in enumerate(plan):

@@ -175,3 +175,17 @@ def test_redis_launcher_stops_on_one_sigterm(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
     assert (tmp_path / "appendonlydir").exists() or list(tmp_path.glob("*.aof"))  # AOF persistence was on
+
+
+def test_pending_entries_are_served_once_per_start(redis_client):
+    """A consumer that acks late (after a checkpoint) never gets its unacked entries twice in one run."""
+    producer = StreamQueue(redis_client, STREAM, TrajectoryGroup)
+    ids = [producer.publish(make_group(prompt_id=f"q{i}")) for i in range(5)]
+    first = consumer(redis_client, "c1")
+    assert [e.id for e in first.read(count=2)] == ids[:2]  # delivered, not acked (crash follows)
+    restarted = consumer(redis_client, "c1")
+    assert [e.id for e in restarted.read(count=1)] == ids[:1]  # backlog, one at a time
+    assert [e.id for e in restarted.read(count=5)] == ids[1:2]  # rest of the backlog, once
+    assert [e.id for e in restarted.read(count=5)] == ids[2:]  # then new entries
+    assert restarted.read(count=5) == []  # read but unacked entries are not served again
+    assert restarted.pending_ids("c1") == ids
