@@ -105,7 +105,7 @@ def load_adapter(runner: ModelRunner, name: str, directory: Path, replace: bool 
         runner.model.load_adapter(str(directory), adapter_name=name, is_trainable=False)
     runner.model.eval()
     runner.adapters.add(name)
-    log.info("LoRA adapter loaded", extra={"name": name, "path": str(directory)})
+    log.info("LoRA adapter loaded", extra={"adapter": name, "path": str(directory)})
 
 
 def unload_adapter(runner: ModelRunner, name: str) -> None:
@@ -118,4 +118,4 @@ def unload_adapter(runner: ModelRunner, name: str) -> None:
     else:
         runner.model.delete_adapter(name)
     runner.adapters.discard(name)
-    log.info("LoRA adapter unloaded", extra={"name": name})
+    log.info("LoRA adapter unloaded", extra={"adapter": name})

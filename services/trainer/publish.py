@@ -133,5 +133,5 @@ class Publisher:
                 try:
                     self.client.unload_lora(model_name(int(m.group(1))))
                 except InferenceError as exc:  # already unloaded (e.g. the server restarted): nothing to free
-                    log.info("adapter not unloaded", extra={"name": folder.name, "reason": str(exc)[:200]})
+                    log.info("adapter not unloaded", extra={"adapter": folder.name, "reason": str(exc)[:200]})
             shutil.rmtree(folder, ignore_errors=True)

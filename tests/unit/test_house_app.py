@@ -77,3 +77,19 @@ def test_log_formats():
     doc = JsonFormatter().format(_record(n=3))
     assert '"msg": "hello world"' in doc and '"n": 3' in doc
     assert get_logger("x") is logging.getLogger("x")
+
+
+def test_no_log_call_overwrites_a_record_attribute():
+    """``extra={"name": …}`` raises inside logging at INFO (a LoRA load once failed with a 400 for it)."""
+    import re
+    from pathlib import Path
+
+    reserved = set(vars(_record())) | {"message", "asctime"}
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in list((root / "services").rglob("*.py")) + list((root / "shared").rglob("*.py")):
+        for key in re.findall(r"extra=\{([^}]*)\}", path.read_text()):
+            for name in re.findall(r'"(\w+)"\s*:', key):
+                if name in reserved:
+                    offenders.append(f"{path.relative_to(root)}: {name}")
+    assert offenders == []
