@@ -13,7 +13,7 @@ from pathlib import Path
 
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
-from services.rollout.scoring import answer_metrics
+from services.rollout.scoring import answer_metrics, search_metrics
 from shared.agents import run_episode
 from shared.datasets import PromptRecord, load_prompts, select_split
 from shared.log import get_logger
@@ -28,6 +28,7 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
     async with agent_context(settings, greedy=True, tok=tok) as ctx:
         async def one(record: PromptRecord) -> None:
             async with limit:
+                episode = None
                 try:
                     episode = await run_episode(settings.agent, ctx, record)
                     answer, error = episode.answer, None
@@ -36,7 +37,8 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
             rows.append({"prompt_id": record.prompt_id, "data_source": record.data_source or "all",
                          "question": record.question, "golden_answers": record.golden_answers,
                          "prediction": answer, "error": error,
-                         **answer_metrics(settings.agent, record, answer)})
+                         "queries": (episode.info.get("queries") if episode else None),
+                         **answer_metrics(settings.agent, record, answer), **search_metrics(record, episode)})
 
         await asyncio.gather(*(one(r) for r in records))
     return summarise(rows)
@@ -46,7 +48,8 @@ def summarise(rows: list[dict]) -> dict:
     by_source: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_source[row["data_source"]].append(row)
-    metrics = [k for k in ("em", "f1", "sub_em", "numeric") if rows and k in rows[0]]
+    metrics = [k for k in ("em", "f1", "sub_em", "numeric", "search_entity", "search_hit")
+               if rows and all(k in r for r in rows)]
     table = {src: {"n": len(rs), **{m: sum(r[m] for r in rs) / len(rs) for m in metrics}}
              for src, rs in sorted(by_source.items())}
     if rows:

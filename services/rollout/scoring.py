@@ -71,6 +71,25 @@ def answer_metrics(recipe: str, record: PromptRecord, answer: str | None) -> dic
     return scores
 
 
+def search_metrics(record: PromptRecord, episode: Episode | None) -> dict[str, float]:
+    """How well the first well-formed search went, where the dataset says what a good one is.
+
+    ``search_entity``: the first query names the entity the question is about (lookup world metadata);
+    ``search_hit``: the first search retrieved a gold document. Episodes that never searched score 0.
+    """
+    out: dict[str, float] = {}
+    info = episode.info if episode is not None else {}
+    entity = record.metadata.get("entity")
+    if entity:
+        queries = info.get("queries") or []
+        out["search_entity"] = float(bool(queries) and entity.lower() in queries[0].lower())
+    gold = set(gold_doc_ids(record))
+    if gold:
+        retrieved = info.get("retrieved_ids") or []
+        out["search_hit"] = float(bool(retrieved) and bool(gold & {str(i) for i in retrieved[0]}))
+    return out
+
+
 def build_group(settings: RolloutSettings, record: PromptRecord, episodes: Sequence[Episode],
                 rewards: Sequence[RewardResult], *, version: int, timing: dict[str, float]) -> TrajectoryGroup:
     samples = []

@@ -24,7 +24,7 @@ class StackSettings(ServiceSettings):
     model_seed: int = Field(0, description="Seed of the tiny model's initialisation")
     vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the tiny model's tokenizer")
     entity_tokens: bool = Field(True, description="Make the corpus titles whole tokens of the tokenizer")
-    max_context: int = Field(512, ge=64, description="Context length of the tiny model")
+    max_context: int = Field(1024, ge=64, description="Context length of the tiny model")
     sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Metrics of the greedy eval shown side by side (those the eval reports; missing ones are left out).
-EVAL_METRICS = ("search_hit", "em", "f1")
+EVAL_METRICS = ("search_entity", "search_hit", "em", "f1")
 
 
 @dataclass

@@ -105,9 +105,11 @@ class LocalStack:
     def prepare(self, sup: Supervisor) -> None:
         s = self.settings
         say(f"run folder: {self.run}")
+        prompts = self.run / "prompt_text.txt"
+        prompts.write_text(prompt_text())
         tiny = ["services.inference", "make-tiny", "--out", str(self.model_dir), "--size", s.model_size,
                 "--seed", str(s.model_seed), "--vocab-size", str(s.vocab_size), "--max-len", str(s.max_context),
-                "--text", s.corpus, s.train_qa]
+                "--text", s.corpus, s.train_qa, str(prompts)]
         if s.entity_tokens:
             titles = self.run / "entity_tokens.txt"
             rows = Path(s.corpus).read_text().splitlines()
@@ -194,6 +196,21 @@ class LocalStack:
             self.train(sup, sft)
             after = self.evaluate(sup, "final")
         return render_summary(self.run, before, after, time.time() - self.started)
+
+
+def prompt_text(repeats: int = 30) -> str:
+    """Every agent's instructions, as lines for the tokenizer's training text.
+
+    The tiny model's tokenizer is trained on what the model will read: without the instructions, their words
+    split into many byte-level pieces and a prompt costs several hundred tokens (more than a tiny context).
+    """
+    from shared import prompts
+
+    messages = (prompts.search_agent_messages("?") + prompts.planner_messages("?") + prompts.executor_messages("?")
+                + prompts.searcher_messages("?", 2) + prompts.tool_agent_messages("?"))
+    texts = [m["content"] for m in messages] + [prompts.decomposer_prompt("?"), prompts.worker_direct_prompt("?")]
+    lines = [line for text in texts for line in text.splitlines() if line.strip()]
+    return "\n".join(lines * repeats) + "\n"
 
 
 def _title(row: dict) -> str:

@@ -20,15 +20,17 @@ def flat_spec(ctx: AgentContext, role: str) -> RoleSpec:
 async def run_search_r1(ctx: AgentContext, record: PromptRecord) -> Episode:
     traj = TokenTrajectory(ctx.tok.render(search_agent_messages(record.question)), role="policy")
     retrieved: list[list[str]] = []
+    queries: list[str] = []
 
     async def act(actions: list[Action]) -> Observation:
+        queries.append(actions[0].content)
         blocks, ids = await search_documents(ctx, [actions[0].content])  # the seed executes the first query
         retrieved.extend(ids)
         return Observation.wrapped("information", blocks[0])
 
     outcome = await run_turns(traj, ctx.policy, ctx.tok, flat_spec(ctx, "policy"), act)
     return Episode(main=traj, answer=outcome.answer,
-                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved,
+                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved, "queries": queries,
                          "invalid_turns": outcome.invalid_turns})
 
 
