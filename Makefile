@@ -10,7 +10,7 @@ EXTRAS ?= all
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup test test-fast train lint format clean up down logs index bench
+.PHONY: help setup test test-fast train lint format clean up down logs index bench eval demo-plots
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,12 @@ INDEX_ARGS ?= $(if $(filter data/hotpotqa/corpus.jsonl,$(CORPUS)),--embeddings d
 
 index: setup  ## build the retriever index of a corpus JSONL (CORPUS=..., OUT=...; bundled HotpotQA by default)
 	$(PY) -m services.retriever build --corpus $(CORPUS) --out $(OUT) $(INDEX_ARGS)
+
+eval: setup  ## greedy eval of a recipe against running services (RECIPE=name; URLs from the recipe / CODA_ROLLOUT_*)
+	$(PY) -m services.rollout eval --recipe configs/$(or $(RECIPE),tiny-cpu).toml
+
+demo-plots: setup  ## redraw the PNG plots of the newest `make train` run (RUN=folder for another)
+	$(PY) -m services.stack plots $(if $(RUN),--run $(RUN))
 
 bench: setup  ## run every bench/*.py (each writes bench/results/<name>.md)
 	@set -e; for script in bench/*.py; do echo ">> $$script"; $(PY) $$script; done

@@ -20,12 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
     StackSettings.add_arguments(train)
     sub.add_parser("config-reference", help="print the configuration reference (markdown) of every service")
+    plots = sub.add_parser("plots", help="redraw a run's PNG plots (reward components, losses) from its log")
+    plots.add_argument("--run", default=None, help="run folder (default: the newest under runs/train)")
     args = parser.parse_args(argv)
     if args.command == "config-reference":
         from services.stack.reference import render
 
         print(render(), end="")
         return 0
+    if args.command == "plots":
+        return draw_plots(args.run)
     if not args.recipe:
         parser.error("--recipe is required (e.g. configs/tiny-cpu.toml)")
 
@@ -43,6 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ServiceFailed, RuntimeError, FileNotFoundError) as exc:
         say(f"FAILED: {exc}")
         return 1
+    return 0
+
+
+def draw_plots(run: str | None) -> int:
+    from pathlib import Path
+
+    from services.trainer.observe import Observer
+
+    runs = sorted(Path(StackSettings.load().run_root).glob("*/trainer/train.jsonl"))
+    log_dir = Path(run) / "trainer" if run else (runs[-1].parent if runs else None)
+    if log_dir is None or not (log_dir / "train.jsonl").is_file():
+        print("no training log found: run `make train` first, or pass --run DIR", file=sys.stderr)
+        return 1
+    Observer(None, str(log_dir)).plot()
+    for png in sorted(log_dir.glob("*.png")):
+        print(png)
     return 0
 
 
