@@ -101,7 +101,9 @@ class Publisher:
         name = model_name(version)
         if self.client is not None:
             if self.kind == "lora":
-                self._load_adapter(name, path, replace=not announce)
+                # Replace whatever holds this name: our own load before a restart, or a run whose Redis state
+                # was wiped while the server kept its adapters (a new name is a 404 no-op to unload).
+                self._load_adapter(name, path, replace=True)
             else:
                 self.client.reload_weights(str(path.resolve()), version)
         seconds = time.perf_counter() - start
