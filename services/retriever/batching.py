@@ -54,7 +54,11 @@ class MicroBatcher:
             if not future.done():
                 future.set_exception(BatcherStopped("the retriever is shutting down"))
         # Wait (off the event loop) for a batch still running in the thread, so the index is not closed under it.
-        await asyncio.to_thread(self._executor.shutdown, wait=True)
+        try:
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
+        except RuntimeError:
+            # The interpreter is exiting (its default executor takes no new work): wait here instead.
+            self._executor.shutdown(wait=True)
 
     async def submit(self, spec: SearchSpec) -> Result:
         if self._task is None or self._task.done():
