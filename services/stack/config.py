@@ -27,5 +27,6 @@ class StackSettings(ServiceSettings):
     max_context: int = Field(1024, ge=64, description="Context length of the tiny model")
     sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
+    sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
     progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")

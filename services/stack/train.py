@@ -135,7 +135,8 @@ class LocalStack:
         out = self.run / "sft.jsonl"
         self.job(sup, "make-sft", ["services.trainer", "make-sft", "--model", str(self.model_dir),
                                    "--retriever-url", self.url(self.ports.retriever), "--qa", self.settings.train_qa,
-                                   "--out", str(out), "--topk", str(self.settings.sft_topk)])
+                                   "--out", str(out), "--topk", str(self.settings.sft_topk)]
+                 + ([] if self.settings.sft_think else ["--no-think"]))
         return out
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:

@@ -6,6 +6,10 @@ Each demonstration follows the flat search protocol, token-in/token-out exactly 
     → "<information>" + the real top-k documents + "</information>" (mask 0)
     → "<think>…</think><answer> gold </answer>" + EOS (mask 1)
 
+``--no-think`` leaves the fixed ``<think>`` sentences out. They carry no information, and a model trained from
+scratch learned to copy the question into ``<search>`` in fewer steps without them (about 175–300 steps
+instead of 225+ in an SFT-only probe of the tiny model on the lookup world).
+
 With ``--format coda`` each question gives two demonstrations in the hierarchical protocol instead: the
 executor's (``<search>`` → ``<documents>`` (mask 0) → ``<refine>`` quoting the retrieved sentence that holds
 the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with the executor's answer (mask 0) →
@@ -44,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=3, help="documents per search (default 3)")
     p.add_argument("--format", choices=["search", "coda"], default="search",
                    help="flat search agent (search-r1, thinker) or CoDA planner + executor demonstrations")
+    p.add_argument("--no-think", dest="think", action="store_false",
+                   help="leave out the fixed <think> sentences before each action")
     p.add_argument("--limit", type=int, default=0, help="use at most this many questions (0 = all)")
     p.add_argument("--keep-unsupported", action="store_true",
                    help="keep questions whose retrieved documents do not support the answer")
@@ -69,14 +75,18 @@ def _assemble(tok, pieces: list[tuple[list[int], int]]) -> tuple[list[int], list
     return ids, mask
 
 
-def demonstration(tok, question: str, gold: str, docs_text: str) -> tuple[list[int], list[int]]:
+def _thought(text: str, think: bool) -> str:
+    return f"<think> {text} </think>\n" if think else ""
+
+
+def demonstration(tok, question: str, gold: str, docs_text: str, think: bool = True) -> tuple[list[int], list[int]]:
     """Token ids and loss mask of one flat search demonstration (layout in the module docstring)."""
     before, after = OBSERVATION_WRAP["information"]
     return _assemble(tok, [
         (tok.render(search_agent_messages(question)), 0),
-        (tok.encode(f"<think> I should look this up. </think>\n<search> {question.strip()} </search>"), 1),
+        (tok.encode(f"{_thought('I should look this up.', think)}<search> {question.strip()} </search>"), 1),
         (tok.encode(f"{before}{docs_text}{after}"), 0),
-        (tok.encode(f"<think> The passages give the answer. </think>\n<answer> {gold} </answer>"), 1),
+        (tok.encode(f"{_thought('The passages give the answer.', think)}<answer> {gold} </answer>"), 1),
     ])
 
 
@@ -89,28 +99,29 @@ def evidence(passages: list[str], gold: str) -> str:
     return sentences[0] if sentences else ""
 
 
-def coda_demonstrations(tok, question: str, gold: str, docs_text: str,
-                        passages: list[str]) -> list[tuple[str, list[int], list[int]]]:
+def coda_demonstrations(tok, question: str, gold: str, docs_text: str, passages: list[str],
+                        think: bool = True) -> list[tuple[str, list[int], list[int]]]:
     """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
     d_before, d_after = OBSERVATION_WRAP["documents"]
     r_before, r_after = OBSERVATION_WRAP["result"]
     executor = _assemble(tok, [
         (tok.render(executor_messages(question)), 0),
-        (tok.encode(f"<think> I need to search for this. </think>\n<search> {question.strip()} </search>"), 1),
+        (tok.encode(f"{_thought('I need to search for this.', think)}<search> {question.strip()} </search>"), 1),
         (tok.encode(f"{d_before}{docs_text}{d_after}"), 0),
         (tok.encode(f"<refine> {evidence(passages, gold)} </refine>\n<answer> {gold} </answer>"), 1),
     ])
     planner = _assemble(tok, [
         (tok.render(planner_messages(question)), 0),
-        (tok.encode(f"<think> One fact settles this; I will ask for it. </think>\n<task> {question.strip()} </task>"), 1),
+        (tok.encode(f"{_thought('One fact settles this; I will ask for it.', think)}<task> {question.strip()} </task>"),
+         1),
         (tok.encode(f"{r_before}{gold}{r_after}"), 0),
-        (tok.encode(f"<think> The helper found the answer. </think>\n<answer> {gold} </answer>"), 1),
+        (tok.encode(f"{_thought('The helper found the answer.', think)}<answer> {gold} </answer>"), 1),
     ])
     return [("executor", *executor), ("planner", *planner)]
 
 
 def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False,
-          fmt: str = "search") -> list[dict]:
+          fmt: str = "search", think: bool = True) -> list[dict]:
     """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
     results = retriever.retrieve([r["question"] for r in rows], topk=topk)
     out = []
@@ -121,9 +132,9 @@ def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = 
         if not keep_unsupported and not supported(docs_text, golds, [d.title.strip('"') for d in docs], supporting):
             continue
         if fmt == "coda":
-            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs])
+            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs], think)
         else:
-            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text))]
+            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text, think))]
         for role, ids, mask in demos:
             out.append({"id": row.get("id"), "role": role, "token_ids": ids, "loss_mask": mask,
                         "doc_ids": [d.id for d in docs], "answer": golds[0]})
@@ -139,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         rows = rows[: args.limit]
     tok = HFTokenizer(args.model)
     with RetrieverClient(args.retriever_url) as retriever:
-        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format)
+        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, args.think)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))

@@ -19,6 +19,10 @@ AGENTS = {"search-r1": "search-r1", "coda": "coda", "red-coda": "red-coda", "thi
           **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")}}
 
 
+# Besides the services, the local stack (`make train`) reads its own [stack] table.
+READERS = (*SERVICES, "stack")
+
+
 def _table(path) -> dict:
     return tomllib.loads(path.read_text())
 
@@ -27,7 +31,7 @@ def _load_all(path, monkeypatch) -> dict[str, object]:
     for key in list(os.environ):
         if key.startswith("CODA_"):
             monkeypatch.delenv(key)
-    return {s: cls.load(recipe=path) for s in SERVICES if (cls := settings_class(s))}
+    return {s: cls.load(recipe=path) for s in READERS if (cls := settings_class(s))}
 
 
 def test_every_recipe_of_the_issue_is_shipped():
@@ -36,8 +40,8 @@ def test_every_recipe_of_the_issue_is_shipped():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_with_every_service(path, monkeypatch):
-    sections = {cls.toml_section for s in SERVICES if (cls := settings_class(s))}
-    missing = [s for s in SERVICES if settings_class(s) is None]
+    sections = {cls.toml_section for s in READERS if (cls := settings_class(s))}
+    missing = [s for s in READERS if settings_class(s) is None]
     unknown = set(_table(path)) - sections - set(missing)
     assert not unknown, f"{path.name}: tables no service reads: {sorted(unknown)}"
     loaded = _load_all(path, monkeypatch)

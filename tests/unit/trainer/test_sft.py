@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,19 @@ def test_coda_format_gives_executor_and_planner_demonstrations():
         else:
             assert "<task> What is the capital of France? </task>" in trained
             assert "<result>Paris</result>" in untrained and "<documents>" not in untrained
+
+
+@pytest.mark.parametrize("fmt", ["search", "coda"])
+def test_no_think_leaves_the_fixed_thoughts_out_and_nothing_else(fmt):
+    tok = CharTokenizer()
+    doc = RetrievedDocument(id="7", contents='"Paris"\nParis is the capital of France.', score=1.0)
+    rows = [{"question": "What is the capital of France?", "golden_answers": ["Paris"]}]
+    with_think = build(rows, tok, FakeRetriever([doc]), topk=1, fmt=fmt)
+    without = build(rows, tok, FakeRetriever([doc]), topk=1, fmt=fmt, think=False)
+    for a, b in zip(with_think, without, strict=True):
+        text_a, text_b = tok.decode(a["token_ids"]), tok.decode(b["token_ids"])
+        assert re.sub(r"<think> [^<]*</think>\n", "", text_a) == text_b  # (the prompts name the tag too)
+        trained_a = tok.decode([t for t, m in zip(a["token_ids"], a["loss_mask"], strict=True) if m])
+        trained_b = tok.decode([t for t, m in zip(b["token_ids"], b["loss_mask"], strict=True) if m])
+        assert "<think>" in trained_a and "<think>" not in trained_b
+        assert trained_b.startswith(("<search>", "<task>"))
