@@ -261,4 +261,6 @@ async def _reload(server: Server, path_arg: str, version: int | None) -> dict:
     server.metrics.reload_seconds.labels("full").observe(seconds)
     log.info("weights reloaded", extra={"path": str(path), "version": new_version, "tensors": count,
                                         "seconds": round(seconds, 3)})
-    return {"weight_version": new_version, "tensors": count, "seconds": round(seconds, 4), "path": str(path)}
+    # The entry vLLM's worker extension returns (shared/vllm_worker_extension.py): the version as the string it
+    # was sent as (collective_rpc passes strings only), then our extra "seconds".
+    return {"weight_version": str(new_version), "tensors": count, "path": str(path), "seconds": round(seconds, 4)}

@@ -137,7 +137,7 @@ def test_full_reload_serves_exactly_the_new_weights_then_the_original(client, re
     before = client.complete("policy", PROMPT, max_tokens=16, seed=9, ignore_eos=True)
     results = client.reload_weights(str(path), version=5)
     try:
-        assert results[0]["weight_version"] == 5 and results[0]["tensors"] > 0
+        assert results[0]["weight_version"] == "5" and results[0]["tensors"] > 0
         out = client.complete("policy", PROMPT, max_tokens=16, seed=9, ignore_eos=True)
         assert out.weight_version == 5
         choice = out.choices[0]
@@ -164,7 +164,7 @@ async def test_reload_waits_for_in_flight_requests(server_url, client, reference
         old, results = await long, await reload
         new = await llm.complete("policy", PROMPT, max_tokens=8, seed=1, ignore_eos=True)
         await llm.reload_weights(str(tiny_model))
-    assert old.weight_version == old_version and results[0]["weight_version"] == old_version + 1
+    assert old.weight_version == old_version and results[0]["weight_version"] == str(old_version + 1)
     assert _max_diff(old.choices[0].logprobs, reference_logprobs(reference, PROMPT, old.choices[0].token_ids)) < 1e-4
     assert new.weight_version == old_version + 1
     assert _max_diff(new.choices[0].logprobs, reference_logprobs(new_model, PROMPT, new.choices[0].token_ids)) < 1e-4

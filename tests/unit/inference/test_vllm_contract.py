@@ -7,6 +7,7 @@ vLLM cannot run here, so its side is replayed from ``tests/fixtures/vllm`` throu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -23,7 +24,8 @@ from shared.inference_client import (
 from shared.protocol.inference import CompletionRequest, ModelList
 from shared.retry import RetryPolicy
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+# CODA_VLLM_FIXTURES: run this module over bodies deploy/vllm/record_fixtures.py has just captured.
+FIXTURES = Path(os.environ.get("CODA_VLLM_FIXTURES") or Path(__file__).resolve().parents[2] / "fixtures" / "vllm")
 NO_WAIT = RetryPolicy(attempts=3, backoff_s=0.0, jitter=0.0)
 
 
@@ -35,20 +37,26 @@ def test_stop_string_and_length_choices():
     data = fixture("completion_stop_and_length.json")
     out = parse_completion(data["response"])
     first, second = out.choices
-    assert first.finish_reason == "stop" and first.stop_reason == "</search>"
-    assert first.text.endswith("</search>")  # include_stop_str_in_output was true
+    stop = data["request"]["stop"][0]
+    assert first.finish_reason == "stop" and first.stop_reason == stop
+    assert first.text.endswith(stop)  # include_stop_str_in_output was true
     assert first.token_ids == data["response"]["choices"][0]["token_ids"]
     assert first.logprobs == data["response"]["choices"][0]["logprobs"]["token_logprobs"]
     assert second.finish_reason == "length" and second.stop_reason is None
     assert len(second.token_ids) == data["request"]["max_tokens"]
-    assert out.prompt_tokens == 15 and out.completion_tokens == 38 and out.weight_version is None
+    assert out.prompt_tokens == len(data["request"]["prompt"])
+    assert out.weight_version == data["response"].get("weight_version")  # vLLM: absent → None
+    assert out.completion_tokens == len(first.token_ids) + len(second.token_ids)
 
 
 def test_eos_keeps_the_id_and_stop_token_reports_it():
-    out = parse_completion(fixture("completion_eos_and_stop_token.json")["response"])
+    data = fixture("completion_eos_and_stop_token.json")
+    out = parse_completion(data["response"])
     eos, stop = out.choices
-    assert eos.finish_reason == "stop" and eos.stop_reason is None and eos.token_ids[-1] == 151645
-    assert stop.stop_reason == 151643 and stop.token_ids[-1] == 151643
+    stop_id = data["request"]["stop_token_ids"][0]
+    # EOS ends the choice with stop_reason null and stays the last id (vLLM keeps it in token_ids, not the text)
+    assert eos.finish_reason == "stop" and eos.stop_reason is None and eos.token_ids[-1] != stop_id
+    assert stop.stop_reason == stop_id and stop.token_ids[-1] == stop_id
 
 
 def test_legacy_server_ids_come_from_token_id_strings():
@@ -116,12 +124,14 @@ def test_sync_client_against_replayed_vllm():
         "/reset_prefix_cache": httpx.Response(200),
     }
     client = _client(_replay(calls, routes))
-    out = client.complete("policy-v3", [1, 2, 3], max_tokens=19, n=2, stop=["</search>"])
-    assert out.choices[0].stop_reason == "</search>"
-    assert "added successfully" in client.load_lora("policy-v3", "/weights/adapters/policy-v3")
+    stop = fixture("completion_stop_and_length.json")["request"]["stop"]
+    out = client.complete("policy-v3", [1, 2, 3], max_tokens=19, n=2, stop=stop)
+    assert out.choices[0].stop_reason == stop[0]
+    load, rpc = admin["load_lora_adapter"]["request"], admin["collective_rpc"]["request"]
+    assert "added successfully" in client.load_lora(load["lora_name"], load["lora_path"])
     assert "removed successfully" in client.unload_lora("policy-v3")
-    results = client.reload_weights("/weights/full/v7", version=7)
-    assert results[0]["weight_version"] == "7"
+    results = client.reload_weights(rpc["args"][0], version=int(rpc["kwargs"]["version"]))
+    assert results[0]["weight_version"] == rpc["kwargs"]["version"]  # strings only through collective_rpc
     assert [c.id for c in client.models()] == ["policy", "policy-v3"]
     paths = [(r.method, r.url.path) for r in calls]
     assert paths[3:7] == [("POST", "/pause"), ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"),
@@ -137,7 +147,8 @@ def test_reload_without_pause_route_still_reloads_and_4xx_is_not_retried():
     routes = {"/collective_rpc": httpx.Response(200, json=admin["collective_rpc"]["response"]),
               "/v1/completions": httpx.Response(404, json=fixture("errors.json")["cases"][0]["body"])}
     client = _client(_replay(calls, routes))
-    assert client.reload_weights("/weights/full/v7")[0]["tensors"] == 338
+    results = client.reload_weights("/weights/full/v7")
+    assert results == admin["collective_rpc"]["response"]["results"]
     assert [r.url.path for r in calls] == ["/pause", "/collective_rpc", "/reset_prefix_cache"]
     calls.clear()
     with pytest.raises(InferenceError) as info:
@@ -153,4 +164,4 @@ async def test_async_client_retries_5xx_then_succeeds():
     client._http = httpx.AsyncClient(base_url="http://vllm", transport=httpx.MockTransport(lambda r: next(replies)))
     async with client:
         out = await client.complete("policy", [1], max_tokens=4, n=2)
-    assert out.choices[1].stop_reason == 151643
+    assert out.choices[1].stop_reason == body["choices"][1]["stop_reason"] is not None
