@@ -7,8 +7,8 @@ Each demonstration follows the flat search protocol, token-in/token-out exactly 
     → "<think>…</think><answer> gold </answer>" + EOS (mask 1)
 
 ``--no-think`` leaves the fixed ``<think>`` sentences out. They carry no information, and a model trained from
-scratch learned to copy the question into ``<search>`` in fewer steps without them (about 175–300 steps
-instead of 225+ in an SFT-only probe of the tiny model on the lookup world).
+scratch learns to copy the question into ``<search>`` sooner without them (SFT-only probe of the tiny model on
+the lookup world, same seed: held-out copy rate 0.92 at step 200 without them, 0.25 at step 275 with them).
 
 With ``--format coda`` each question gives two demonstrations in the hierarchical protocol instead: the
 executor's (``<search>`` → ``<documents>`` (mask 0) → ``<refine>`` quoting the retrieved sentence that holds
