@@ -33,6 +33,10 @@ class TrainerSettings(ServiceSettings):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="After the warm-up: constant, or a decay to lr·lr_min_ratio at max_steps")
+    lr_min_ratio: float = Field(0.0, ge=0, le=1, description="Learning-rate floor of a decay, as a share of lr")
+    lr_decay_steps: int = Field(0, ge=0, description="Decay over the last N steps only (0 = from the warm-up on)")
     grad_clip: float = Field(1.0, ge=0, description="Gradient-norm clip (0 = off)")
     seed: int = Field(0, description="Seed of torch / numpy / python RNGs")
 

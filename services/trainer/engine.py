@@ -8,6 +8,7 @@ instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone proc
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from torch import nn
 
 from services.trainer.config import TrainerSettings
 from services.trainer.logprobs import PolicyLogprobs
+from services.trainer.schedule import lr_multiplier
 from shared.log import get_logger
 from shared.redis_server import free_port
 
@@ -118,9 +120,9 @@ def build_engine(settings: TrainerSettings, device: torch.device) -> Engine:
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=tuple(settings.betas),
                                   weight_decay=settings.weight_decay)
-    warmup = settings.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(
+        lr_multiplier, warmup=settings.warmup_steps, total=settings.max_steps, schedule=settings.lr_schedule,
+        min_ratio=settings.lr_min_ratio, decay_steps=settings.lr_decay_steps))
     engine, _, _, _ = deepspeed.initialize(model=policy, model_parameters=params, optimizer=optimizer,
                                            lr_scheduler=scheduler, config=ds_config(settings, dtype))
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
