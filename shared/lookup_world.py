@@ -105,16 +105,20 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
 def main() -> None:
     import argparse
 
+    from shared.log import configure_logging, get_logger
+
     parser = argparse.ArgumentParser(description="Write the synthetic lookup world (corpus + QA splits).")
     parser.add_argument("--out", default="data/lookup", help="output folder (default: data/lookup)")
     parser.add_argument("--people", type=int, default=120, help="number of people / documents (default 120)")
     parser.add_argument("--test-fraction", type=float, default=0.2, help="held-out share of questions")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args()
+    configure_logging()
     world = make_world(args.people, args.test_fraction, args.seed)
     paths = write_world(world, args.out)
-    print(f"wrote {len(world.corpus)} documents, {len(world.train)} train and {len(world.test)} held-out "
-          f"questions: {', '.join(str(p) for p in paths.values())}")
+    get_logger(__name__).info("lookup world written", extra={
+        "documents": len(world.corpus), "train": len(world.train), "test": len(world.test),
+        "files": ", ".join(str(p) for p in paths.values())})
 
 
 if __name__ == "__main__":

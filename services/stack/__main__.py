@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from services.stack.config import StackSettings
 
@@ -34,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--recipe is required (e.g. configs/tiny-cpu.toml)")
 
     from services.stack.supervisor import ServiceFailed
-    from services.stack.train import LocalStack, say
+    from services.stack.train import LocalStack
     from shared.log import configure_logging
 
     configure_logging()
-    stack = LocalStack(args.recipe, StackSettings.from_args(args))
+    stack = LocalStack(args.recipe, StackSettings.from_args(args), say=say)
     try:
         print(stack.run_all())
     except KeyboardInterrupt:
@@ -48,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"FAILED: {exc}")
         return 1
     return 0
+
+
+def say(message: str) -> None:
+    """A progress line of `make train` for the person at the terminal."""
+    print(f"[make train {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def draw_plots(run: str | None) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,9 @@ class Ports:
 class LocalStack:
     """One run of a recipe with every service as a local process."""
 
-    def __init__(self, recipe: str, settings: StackSettings) -> None:
+    def __init__(self, recipe: str, settings: StackSettings, say: Callable[[str], None] = log.info) -> None:
+        """``say`` receives the progress lines (the command prints them for the person at the terminal)."""
+        self.say = say
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
         self.agent = read_recipe(recipe).get("rollout", {}).get("agent", "search-r1")
@@ -100,11 +103,11 @@ class LocalStack:
         if code != 0:
             raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
-        say(f"{name} done in {time.time() - started:.0f}s")
+        self.say(f"{name} done in {time.time() - started:.0f}s")
 
     def prepare(self, sup: Supervisor) -> None:
         s = self.settings
-        say(f"run folder: {self.run}")
+        self.say(f"run folder: {self.run}")
         prompts = self.run / "prompt_text.txt"
         prompts.write_text(prompt_text())
         tiny = ["services.inference", "make-tiny", "--out", str(self.model_dir), "--size", s.model_size,
@@ -127,7 +130,7 @@ class LocalStack:
         sup.start(self.service("inference", ["services.inference", "serve"], p.inference))
         if searcher or (searcher is None and self.agent == "thinker-searcher"):
             sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
-        say("servers healthy: " + ", ".join(s.name for s in sup.services))
+        self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         if not self.settings.sft:
@@ -176,7 +179,7 @@ class LocalStack:
             # A line per new step, or a heartbeat once a minute while a step is slow.
             step, line = training_progress(log_file, max_steps, time.time() - start)
             if step != shown["step"] or time.time() - shown["at"] > 60:
-                say(line)
+                self.say(line)
                 shown.update(step=step, at=time.time())
 
         code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
@@ -184,7 +187,7 @@ class LocalStack:
         if code != 0:
             raise RuntimeError(f"trainer exited with code {code}; last log lines:\n{trainer.tail()}")
         self.stop(sup, trainer, rollout)
-        say(f"training done in {time.time() - start:.0f}s")
+        self.say(f"training done in {time.time() - start:.0f}s")
         return log_file
 
     def run_all(self) -> str:
@@ -193,7 +196,7 @@ class LocalStack:
             self.start_servers(sup)
             sft = self.make_sft(sup)
             before = self.evaluate(sup, "step0")
-            say(f"step-0 eval: {before.headline()}")
+            self.say(f"step-0 eval: {before.headline()}")
             self.train(sup, sft)
             after = self.evaluate(sup, "final")
         return render_summary(self.run, before, after, time.time() - self.started)
@@ -218,7 +221,3 @@ def _title(row: dict) -> str:
     contents = row["contents"]
     return contents.split("\n", 1)[0].strip().strip('"')
 
-
-def say(message: str) -> None:
-    """Progress for the person at the terminal (and the log)."""
-    print(f"[make train {time.strftime('%H:%M:%S')}] {message}", flush=True)

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return train(args)
     from services.trainer.make_sft import run
 
-    return run(args)
+    print(run(args))
+    return 0
 
 
 if __name__ == "__main__":

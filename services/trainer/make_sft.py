@@ -141,7 +141,8 @@ def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = 
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> str:
+    """Write the demonstrations; returns the one-line summary the command prints."""
     from shared.agents.tokenizer import HFTokenizer
     from shared.retriever_client import RetrieverClient
 
@@ -155,6 +156,5 @@ def run(args: argparse.Namespace) -> int:
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))
     tmp.replace(args.out)
-    print(f"wrote {len(demos)} demonstrations ({len(rows) - len(demos)} questions without supporting "
-          f"documents skipped) to {args.out}")
-    return 0
+    return (f"wrote {len(demos)} demonstrations ({len(rows) - len(demos)} questions without supporting "
+            f"documents skipped) to {args.out}")
