@@ -19,7 +19,7 @@ class RolloutSettings(ServiceSettings):
     agent: Recipe = Field("search-r1", description="Recipe whose agent protocol and reward run (search-r1, "
                                                    "coda, red-coda, thinker-searcher, recursive-reasoner, tool-agent)")
     host: str = Field("127.0.0.1", description="Bind address of the status API")
-    port: int = Field(8003, description="Port of the status API (/health, /metrics, /status)")
+    port: int = Field(8004, ge=1, le=65535, description="Port of the status API (/health, /metrics, /status)")
 
     # ------------------------------------------------------------ services
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams and version key")

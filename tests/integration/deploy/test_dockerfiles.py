@@ -97,6 +97,12 @@ def test_runs_as_non_root_with_healthcheck_entrypoint_and_the_settings_port(serv
     assert "host" in cls.model_fields
 
 
+def test_default_ports_are_distinct():
+    """Services started by hand on one host with their defaults must not collide (rollout and trainer once did)."""
+    ports = {service: settings_class(service).model_fields["port"].default for service in SERVICES}
+    assert len(set(ports.values())) == len(ports), ports
+
+
 def test_requirements_expand_self_references_and_reject_unknown_extras():
     module = _requirements_module()
     pyproject = {"project": {"name": "coda-stack", "dependencies": ["a"],
