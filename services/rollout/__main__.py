@@ -57,9 +57,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     settings = RolloutSettings.from_args(resolve_recipe(args))
     if args.command == "eval":
-        from services.rollout.eval import run_eval
+        from services.rollout.eval import format_table, run_eval
 
-        run_eval(settings)
+        path, result = run_eval(settings)
+        # The table is the command's output (stdout), not a log line.
+        print(format_table(result))
+        print(f"\n{len(result['rows'])} prompts, {result['failed']} failed, {result['seconds']} s → {path}")
         return
     import uvicorn
 

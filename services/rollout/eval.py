@@ -66,7 +66,8 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run_eval(settings: RolloutSettings) -> Path:
+def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
+    """Run the split, write the JSON file; returns its path and the result (``format_table`` renders it)."""
     records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
     if settings.eval_limit:
         records = records[: settings.eval_limit]
@@ -80,6 +81,4 @@ def run_eval(settings: RolloutSettings) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{settings.agent}-{settings.split}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=1))
-    print(format_table(result))
-    print(f"\n{len(records)} prompts, {result['failed']} failed, {result['seconds']} s → {path}")
-    return path
+    return path, result
