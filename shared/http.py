@@ -25,9 +25,10 @@ log = get_logger(__name__)
 class ApiError(Exception):
     """Raise from a route to answer ``status_code`` with the house error body (a 4xx for bad input)."""
 
-    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError") -> None:
+    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError",
+                 param: str | None = None) -> None:
         super().__init__(message)
-        self.message, self.status_code, self.type_ = message, status_code, type_
+        self.message, self.status_code, self.type_, self.param = message, status_code, type_, param
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -71,11 +72,12 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.status_code, exc.type_), status_code=exc.status_code)
+        return JSONResponse(error_body(exc.message, exc.status_code, exc.type_, exc.param),
+                            status_code=exc.status_code)
 
     return app, registry
 
 
-def error_body(message: str, code: int, type_: str = "BadRequestError") -> dict:
-    """The error shape used across services (vLLM / OpenAI style)."""
-    return {"error": {"message": message, "type": type_, "code": code}}
+def error_body(message: str, code: int, type_: str = "BadRequestError", param: str | None = None) -> dict:
+    """The error shape used across services (vLLM's ``ErrorResponse``: ``param`` names the offending field)."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -7,9 +7,14 @@ PYTHONPATH of the vLLM container). With ``VLLM_SERVER_DEV_MODE=1`` the trainer t
     POST /collective_rpc {"method": "update_weights_from_path", "args": ["/weights/full/v7"],
                           "kwargs": {"version": "7"}}
 
-and each worker streams the safetensors files of that directory into its model shard through the model's own
-``load_weights`` (which knows vLLM's fused/sharded parameter layout). Our CPU server implements the same
-method natively (``services/inference``), so the trainer's code is the same for both.
+and each worker streams the safetensors files of that directory into its model shard. Where the model runner
+has ``reload_weights`` (vLLM's in-place reload, 0.2x and later) that is used: it restores each layer's
+checkpoint layout, loads through the model's own ``load_weights`` (which knows vLLM's fused/sharded parameter
+layout) and re-runs the post-load processing. Plain ``model.load_weights`` alone is not enough there: layers
+whose weights were repacked after loading (vLLM's CPU backend packs every linear layer for oneDNN and leaves an
+empty ``weight``) cannot take a checkpoint tensor again. Older vLLM without ``reload_weights`` gets the plain
+``model.load_weights``. Our CPU server implements the same method natively (``services/inference``), so the
+trainer's code is the same for both.
 
 The directory must be complete when the call arrives: the trainer writes to a temp dir and renames it
 (atomic on one filesystem). vLLM passes only strings through ``/collective_rpc``, hence ``version: str``.
@@ -42,6 +47,26 @@ def iter_tensors(files: list[Path]) -> Iterator[tuple[str, Any]]:
                 yield name, handle.get_tensor(name)
 
 
+def _refresh_cpu_packed_weights(model: Any) -> int:
+    """Re-pack the CPU GEMM copies of layers that keep their ``weight`` (embeddings and the output head).
+
+    vLLM's CPU backend gives such a layer a packed copy of its weight for the matrix product (``cpu_linear``),
+    made once after loading. A tied output head shares the embedding's tensor but is not re-processed by the
+    in-place reload (the checkpoint has no tensor under its name), so after a reload the logits came from the
+    old head while the rest of the model was new: measured on vLLM 0.32 (CPU) as a 5.7 nat logprob error that
+    this refresh brings back to 2e-6. Layers whose weight was moved into the packed copy (empty ``weight``)
+    are re-packed by the reload itself. No-op on GPUs, where no layer has ``cpu_linear``. Returns the count.
+    """
+    layers = [m for m in model.modules() if hasattr(m, "cpu_linear")
+              and getattr(getattr(m, "weight", None), "ndim", 0) == 2 and m.weight.numel() > 0]
+    if layers:
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        for layer in layers:
+            dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    return len(layers)
+
+
 class WeightUpdateExtension:
     """Methods vLLM adds to its workers; ``self.model_runner`` is the worker's model runner."""
 
@@ -57,7 +82,12 @@ class WeightUpdateExtension:
                 count += 1
                 yield item
 
-        self.model_runner.model.load_weights(weights=counted())
+        runner = self.model_runner
+        if hasattr(runner, "reload_weights"):
+            runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+        else:
+            runner.model.load_weights(weights=counted())
+        _refresh_cpu_packed_weights(runner.model)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.coda_weight_version = version

@@ -135,9 +135,12 @@ class Recorder:
 
         case("unknown model (current ErrorResponse shape)",
              self.http.post("/v1/completions", json={"model": "policy-v99", "prompt": prompt, "max_tokens": 4}))
-        long_prompt = (prompt * (max_len // max(len(prompt), 1) + 1))[:max_len - 8]
-        case("prompt + max_tokens over the context",
-             self.http.post("/v1/completions", json={"model": base, "prompt": long_prompt, "max_tokens": 100}))
+        # vLLM >= 0.2x caps max_tokens at the room the context leaves; only a prompt longer than the context fails.
+        long_prompt = (prompt * (max_len // max(len(prompt), 1) + 2))[:max_len + 8]
+        case("prompt longer than the context",
+             self.http.post("/v1/completions", json={"model": base, "prompt": long_prompt, "max_tokens": 4}))
+        case("negative max_tokens",
+             self.http.post("/v1/completions", json={"model": base, "prompt": prompt, "max_tokens": -1}))
         case("unload of an unknown adapter", self.http.post("/v1/unload_lora_adapter", json={"lora_name": "policy-v1"}))
         case("dev route HTTPException (collective_rpc without method)", self.http.post("/collective_rpc", json={}))
         got_models = False

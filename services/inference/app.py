@@ -71,7 +71,8 @@ class Server:
             return None
         if name in self.runner.adapters:
             return name
-        raise ApiError(f"The model `{name}` does not exist.", 404, "NotFoundError")
+        raise ApiError(f"The model `{name}` does not exist. Valid aliases: {self.name}.", 404, "NotFoundError",
+                       param="model")
 
     async def run_op(self, run, ready=None):
         return await asyncio.wrap_future(self.engine.control(run, ready))
@@ -79,7 +80,8 @@ class Server:
 
 def _api_error(exc: RequestError | WeightsError) -> ApiError:
     status = getattr(exc, "status_code", 400)
-    return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError")
+    return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError",
+                    param=getattr(exc, "param", None))
 
 
 def create_inference_app(settings: InferenceSettings) -> FastAPI:
@@ -223,6 +225,8 @@ def _weight_routes(app: FastAPI) -> None:
     @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path")
     async def collective_rpc(body: CollectiveRpcRequest) -> JSONResponse:
         server: Server = app.state.server
+        if body.method is None:
+            raise ApiError("Missing 'method' in request body", 400, "Bad Request")
         if body.method != RELOAD_METHOD:
             raise ApiError(f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r}", 400)
         path_arg = body.args[0] if body.args else body.kwargs.get("path") or body.kwargs.get("weight_dir")

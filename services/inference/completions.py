@@ -22,9 +22,15 @@ MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
 class RequestError(ValueError):
-    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError") -> None:
+    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError",
+                 param: str | None = None) -> None:
         super().__init__(message)
-        self.message, self.status_code, self.type_ = message, status_code, type_
+        self.message, self.status_code, self.type_, self.param = message, status_code, type_, param
+
+
+def invalid(param: str, value: object, message: str) -> RequestError:
+    """A 400 worded like vLLM's validation errors: the message, then which parameter and value."""
+    return RequestError(f"{message} (parameter={param}, value={value})", param=param)
 
 
 def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]:
@@ -83,14 +89,17 @@ def _check_sampling(request: CompletionRequest, max_num_seqs: int, num_prompts: 
 
 
 def _max_tokens(request: CompletionRequest, prompt_len: int, max_model_len: int, default: int) -> int:
+    """vLLM's rule (0.2x): a prompt longer than the context is refused; ``max_tokens`` is capped at the room the
+    context leaves (the sequence then ends with ``finish_reason="length"``), and must come out at least 1."""
+    if prompt_len > max_model_len:
+        raise invalid("input_tokens", prompt_len,
+                      f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+                      f"{prompt_len} input tokens, which exceeds this limit even without any output tokens. "
+                      "Please reduce the length of the input prompt.")
     max_tokens = request.max_tokens if request.max_tokens is not None else default
+    max_tokens = min(max_tokens, max_model_len - prompt_len)
     if max_tokens < 1:
-        raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.")
-    if prompt_len + max_tokens > max_model_len:
-        raise RequestError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
-            "Please reduce the length of the messages or completion.")
+        raise invalid("max_tokens", max_tokens, f"max_tokens must be at least 1, got {max_tokens}.")
     return max_tokens
 
 

@@ -142,7 +142,8 @@ class CollectiveRpcRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: str = Field(description="Worker method name, e.g. update_weights_from_path")
+    # Optional here so that a body without it gets vLLM's own 400 ("Missing 'method' in request body").
+    method: str | None = Field(None, description="Worker method name, e.g. update_weights_from_path")
     args: list[str] = Field(default_factory=list)
     kwargs: dict[str, str] = Field(default_factory=dict)
     timeout: float | None = None

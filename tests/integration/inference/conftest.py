@@ -3,6 +3,7 @@ transformers model the server's numbers are checked against."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,40 @@ def lora_dir_for_contract(tiny_model, weights_root) -> Path:
     path = weights_root / "adapters" / "contract"
     model.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def lora_adapter(tiny_model, weights_root):
+    """A rank-4 adapter with random (non-zero) B matrices: a known perturbation of q/v/o projections."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False)
+    model = get_peft_model(base, config).eval()
+    path = weights_root / "adapters" / "lora-a"
+    model.save_pretrained(path)
+    return path, model
+
+
+@pytest.fixture(scope="session")
+def perturbed(tiny_model, weights_root):
+    """Base weights + 0.05·N(0,1) (seed 3), written atomically (temp dir renamed), and that model."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    tensors = load_file(str(tiny_model / "model.safetensors"))
+    gen = torch.Generator().manual_seed(3)
+    new = {k: (v + 0.05 * torch.randn(v.shape, generator=gen)).contiguous() for k, v in tensors.items()}
+    tmp = weights_root / "full" / ".v1.tmp"
+    tmp.mkdir(parents=True)
+    save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    final = weights_root / "full" / "v1"
+    os.rename(tmp, final)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    model.load_state_dict(new, strict=False)
+    model.tie_weights()
+    return final, model

@@ -112,8 +112,8 @@ async def test_concurrent_requests_are_batched_and_correct(server_url, reference
 @pytest.mark.parametrize(("body", "status", "needle"), [
     ({"model": "nope", "prompt": [1, 2]}, 404, "does not exist"),
     ({"model": "policy", "prompt": [1, 2], "max_tokens": -1}, 400, "max_tokens"),
-    ({"model": "policy", "prompt": [1] * 600, "max_tokens": 4}, 400, "maximum context length is 512"),
-    ({"model": "policy", "prompt": [1] * 500, "max_tokens": 100}, 400, "maximum context length"),
+    ({"model": "policy", "prompt": [1] * 600, "max_tokens": 4}, 400, "your prompt contains 600 input tokens"),
+    ({"model": "policy", "prompt": [1] * 512, "max_tokens": 4}, 400, "max_tokens must be at least 1, got 0"),
     ({"model": "policy", "prompt": []}, 400, "non-empty"),
     ({"model": "policy", "prompt": [10**7]}, 400, "out of vocabulary"),
     ({"model": "policy", "prompt": [1], "top_p": 0}, 400, "top_p"),
@@ -129,6 +129,24 @@ def test_bad_input_is_a_clear_4xx(server_url, body, status, needle):
     response = httpx.post(f"{server_url}/v1/completions", json=body, timeout=30)
     assert response.status_code == status
     assert needle in response.json()["error"]["message"]
+
+
+def test_max_tokens_past_the_context_is_capped_like_vllm(server_url):
+    """vLLM (0.2x) caps max_tokens at the room the context leaves instead of refusing (recorded on vLLM 0.32)."""
+    body = {"model": "policy", "prompt": [1] * 500, "max_tokens": 100, "ignore_eos": True,
+            "return_token_ids": True}
+    response = httpx.post(f"{server_url}/v1/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    assert len(choice["token_ids"]) == 12 and choice["finish_reason"] == "length"
+
+
+def test_error_names_the_parameter(server_url):
+    body = {"model": "policy", "prompt": [1, 2], "max_tokens": -1}
+    error = httpx.post(f"{server_url}/v1/completions", json=body, timeout=30).json()["error"]
+    assert error["param"] == "max_tokens" and error["message"].endswith("(parameter=max_tokens, value=-1)")
+    error = httpx.post(f"{server_url}/v1/completions", json={"model": "nope", "prompt": [1]}, timeout=30).json()["error"]
+    assert error["param"] == "model" and error["message"] == "The model `nope` does not exist. Valid aliases: policy."
 
 
 def test_client_raises_inference_error_without_retrying_4xx(client):

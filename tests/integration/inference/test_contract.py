@@ -77,3 +77,43 @@ def test_models_and_admin_bodies(server_url, lora_dir_for_contract):
     assert keys(card) == keys(theirs["data"][1]) and card["parent"] == "policy"
     unload = httpx.post(f"{server_url}/v1/unload_lora_adapter", json={"lora_name": "contract"})
     assert unload.text == admin["unload_lora_adapter"]["text"].replace("policy-v3", "contract")
+
+
+def _error_requests(lora_dir: Path) -> dict[str, list[tuple[str, str, dict]]]:
+    """For each recorded vLLM error case, the requests that reproduce it here (the last one's answer counts)."""
+    adapter = {"lora_name": "policy-v3", "lora_path": str(lora_dir)}
+    return {
+        "unknown model (current ErrorResponse shape)": [("POST", "/v1/completions",
+                                                         {"model": "policy-v99", "prompt": [1], "max_tokens": 4})],
+        "negative max_tokens": [("POST", "/v1/completions", {"model": "policy", "prompt": [1], "max_tokens": -1})],
+        "prompt longer than the context": [("POST", "/v1/completions",
+                                            {"model": "policy", "prompt": [1] * 520, "max_tokens": 4})],
+        "unload of an unknown adapter": [("POST", "/v1/unload_lora_adapter", {"lora_name": "policy-v1"})],
+        "dev route HTTPException (collective_rpc without method)": [("POST", "/collective_rpc", {})],
+        "LoRA already loaded": [("POST", "/v1/load_lora_adapter", adapter), ("POST", "/v1/load_lora_adapter", adapter)],
+    }
+
+
+def test_every_recorded_error_is_answered_alike(server_url, lora_dir_for_contract):
+    """Same status, type, param and message as the recorded vLLM answer (context sizes aside)."""
+    import re
+
+    cases = {c["what"]: c for c in fixture("errors.json")["cases"]}
+    plan = _error_requests(lora_dir_for_contract)
+    current = [what for what in cases if "older" not in what]
+    assert set(current) <= set(plan), f"recorded error cases without a replay here: {set(current) - set(plan)}"
+    try:
+        for what in current:
+            for method, path, body in plan[what]:
+                response = httpx.request(method, f"{server_url}{path}", json=body, timeout=30)
+            theirs = cases[what]
+            assert response.status_code == theirs["status"], (what, response.text)
+            ours_error, their_error = response.json()["error"], theirs["body"]["error"]
+            assert (ours_error["type"], ours_error["param"]) == (their_error["type"], their_error["param"]), what
+
+            def shape(message: str) -> str:
+                return re.sub(r"\d+", "N", message)
+
+            assert shape(error_message(response)) == shape(theirs["message"]), what
+    finally:
+        httpx.post(f"{server_url}/v1/unload_lora_adapter", json={"lora_name": "policy-v3"}, timeout=30)

@@ -6,7 +6,6 @@ started with and say which version that was."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import httpx
@@ -30,43 +29,6 @@ def _greedy(model, prompt: list[int], steps: int) -> list[int]:
         for _ in range(steps):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(prompt):]
-
-
-@pytest.fixture(scope="module")
-def lora_adapter(tiny_model, weights_root):
-    """A rank-4 adapter with random (non-zero) B matrices: a known perturbation of q/v/o projections."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(1)
-    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False)
-    model = get_peft_model(base, config).eval()
-    path = weights_root / "adapters" / "lora-a"
-    model.save_pretrained(path)
-    return path, model
-
-
-@pytest.fixture(scope="module")
-def perturbed(tiny_model, weights_root):
-    """Base weights + 0.05·N(0,1) (seed 3), written atomically (temp dir renamed), and that model."""
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
-
-    tensors = load_file(str(tiny_model / "model.safetensors"))
-    gen = torch.Generator().manual_seed(3)
-    new = {k: (v + 0.05 * torch.randn(v.shape, generator=gen)).contiguous() for k, v in tensors.items()}
-    tmp = weights_root / "full" / ".v1.tmp"
-    tmp.mkdir(parents=True)
-    save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    final = weights_root / "full" / "v1"
-    os.rename(tmp, final)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
-    model.load_state_dict(new, strict=False)
-    model.tie_weights()
-    return final, model
 
 
 def test_lora_load_changes_outputs_to_the_adapters_and_unload_restores(client, reference, lora_adapter):
