@@ -89,6 +89,9 @@ class TrainerSettings(ServiceSettings):
     sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
     sync_prompt: list[int] = Field([1, 2, 3, 4, 5, 6, 7, 8], description="Probe prompt token ids of the sync check")
     sync_tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")
+    sync_tolerance: float = Field(
+        0.5, gt=0, description="Sync-check difference (nats) above which a warning says the server is not serving "
+                               "the trainer's weights (fp32: ~1e-6; bf16: ~1e-2; another base model: > 1)")
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
     keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")

@@ -31,7 +31,7 @@ from services.trainer.publish import Publisher
 from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
-from services.trainer.sync_check import max_abs_diff, server_sample
+from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
 from shared.advantages import trajectory_advantages
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
@@ -177,6 +177,8 @@ class Trainer:
         tokens, server_logprobs = self._broadcast(sample)
         diff = max_abs_diff(self.eng, prompt, tokens, server_logprobs)
         log.info("sync check", extra={"version": self.state.version, "max_abs_diff": diff})
+        if self.rank0 and (warning := mismatch_warning(diff, self.s.sync_tolerance, self.last_publish.model_name)):
+            log.warning(warning, extra={"version": self.state.version})
         return diff
 
     def _record(self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int,

@@ -35,3 +35,12 @@ def max_abs_diff(eng: Engine, prompt: list[int], tokens: list[int], server_logpr
     finally:
         eng.engine.train(was_training)
     return float((torch.tensor(ours) - torch.tensor(server_logprobs)).abs().max())
+
+
+def mismatch_warning(diff: float, tolerance: float, model: str) -> str | None:
+    """What to tell the person when the server's logprobs are far from the trainer's (None when within)."""
+    if diff <= tolerance:
+        return None
+    return (f"the inference server's logprobs for {model!r} differ from the trainer's by up to {diff:.3g} nats "
+            f"(tolerance {tolerance:g}): it is not serving the weights the trainer has. Does the server run the "
+            "trainer's base model (same folder or hub id, same dtype), and did the weight load reach it?")
