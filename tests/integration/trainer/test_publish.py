@@ -3,6 +3,7 @@ server's logprobs for a probe prompt equal the trainer's (1e-4), old adapters ar
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -18,6 +19,7 @@ from shared.inference_client import SyncInferenceClient
 from shared.protocol import WeightUpdate
 from shared.stream import decode
 from tests.integration.trainer import harness as h
+from tests.live_vllm import running_vllm
 
 PROMPT = [11, 12, 13, 14, 15, 16]
 
@@ -33,40 +35,49 @@ def _step(eng, settings, rng, vocab):
 
 
 @pytest.mark.slow
-def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client):
-    from services.inference.factory import build_tiny_model, read_texts
-
-    model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
+@contextlib.contextmanager
+def _our_server(model, tmp_path):
     server, url = h.start_server(model, tmp_path)
-    rng = random.Random(0)
     try:
-        with SyncInferenceClient(url) as llm:
-            llm.wait_ready(120)
-            # LoRA first: the full publishes replace the server's base weights the adapters sit on.
-            for kind, start in (("lora", 0), ("full", 10)):
-                settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
-                eng = build_engine(settings, init_distributed())
-                pub = Publisher(eng.engine, str(tmp_path / f"w-{kind}"), kind, llm, redis_client, "weights",
-                                "policy:version", keep=2)
-                previous: tuple[list[int], list[float]] | None = None
-                for version in range(start, start + 3):
-                    if version > start:
-                        _step(eng, settings, rng, eng.lm.config.vocab_size)
-                    event = pub.publish(version, step=version - start)
-                    tokens, theirs = server_sample(llm, event.model_name, PROMPT, 12)
-                    assert len(tokens) == 12
-                    assert max_abs_diff(eng, PROMPT, tokens, theirs) <= 1e-4, (kind, version)
-                    if previous is not None:  # the check can fail: the previous version's logprobs differ
-                        assert max_abs_diff(eng, PROMPT, *previous) > 1e-3
-                    previous = (tokens, theirs)
-                    assert int(redis_client.get("policy:version")) == version
-                if kind == "lora":
-                    names = {m.id for m in llm.models()}
-                    assert {"policy-v1", "policy-v2"} <= names and "policy-v0" not in names  # keep window of 2
-                    assert not (tmp_path / "w-lora" / "policy-v0").exists()
-        events = [decode(WeightUpdate, f) for _, f in redis_client.xrange("weights")]
-        assert [e.version for e in events] == [0, 1, 2, 10, 11, 12]
-        assert [e.kind for e in events] == ["lora"] * 3 + ["full"] * 3
+        yield url
     finally:
         server.terminate()
         server.wait(30)
+
+
+@pytest.mark.parametrize("server_kind", ["ours", pytest.param("vllm", marks=pytest.mark.vllm)])
+def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client, server_kind):
+    """Our CPU server, and a live vLLM (CPU build) with our worker extension: the same publish code."""
+    from services.inference.factory import build_tiny_model, read_texts
+
+    model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
+    serving = (_our_server(model, tmp_path) if server_kind == "ours"
+               else running_vllm(model, tmp_path / "vllm.log"))
+    rng = random.Random(0)
+    with serving as url, SyncInferenceClient(url) as llm:
+        llm.wait_ready(120)
+        # LoRA first: the full publishes replace the server's base weights the adapters sit on.
+        for kind, start in (("lora", 0), ("full", 10)):
+            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
+            eng = build_engine(settings, init_distributed())
+            pub = Publisher(eng.engine, str(tmp_path / f"w-{kind}"), kind, llm, redis_client, "weights",
+                            "policy:version", keep=2)
+            previous: tuple[list[int], list[float]] | None = None
+            for version in range(start, start + 3):
+                if version > start:
+                    _step(eng, settings, rng, eng.lm.config.vocab_size)
+                event = pub.publish(version, step=version - start)
+                tokens, theirs = server_sample(llm, event.model_name, PROMPT, 12)
+                assert len(tokens) == 12
+                assert max_abs_diff(eng, PROMPT, tokens, theirs) <= 1e-4, (kind, version)
+                if previous is not None:  # the check can fail: the previous version's logprobs differ
+                    assert max_abs_diff(eng, PROMPT, *previous) > 1e-3
+                previous = (tokens, theirs)
+                assert int(redis_client.get("policy:version")) == version
+            if kind == "lora":
+                names = {m.id for m in llm.models()}
+                assert {"policy-v1", "policy-v2"} <= names and "policy-v0" not in names  # keep window of 2
+                assert not (tmp_path / "w-lora" / "policy-v0").exists()
+    events = [decode(WeightUpdate, f) for _, f in redis_client.xrange("weights")]
+    assert [e.version for e in events] == [0, 1, 2, 10, 11, 12]
+    assert [e.kind for e in events] == ["lora"] * 3 + ["full"] * 3
