@@ -54,6 +54,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
+QUIET_LIBRARIES = ("httpx", "httpcore")
+
+
 def configure_logging(level: str | None = None, fmt: LogFormat | None = None) -> None:
     """Install the house format on the root logger; ``CODA_LOG_LEVEL`` / ``CODA_LOG_FORMAT`` override."""
     level = (level or os.environ.get("CODA_LOG_LEVEL", "INFO")).upper()
@@ -63,6 +66,10 @@ def configure_logging(level: str | None = None, fmt: LogFormat | None = None) ->
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # httpx/httpcore log every request at INFO: thousands of lines per minute from the rollout and the stack's
+    # health polls, burying the services' own lines. Their warnings still show; CODA_LOG_LEVEL=DEBUG shows all.
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
 
 
 def get_logger(name: str) -> logging.Logger:

@@ -93,3 +93,24 @@ def test_no_log_call_overwrites_a_record_attribute():
                 if name in reserved:
                     offenders.append(f"{path.relative_to(root)}: {name}")
     assert offenders == []
+
+
+def test_http_client_request_lines_are_quiet_unless_debug():
+    import logging
+
+    from shared.log import QUIET_LIBRARIES, configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in QUIET_LIBRARIES}
+    try:
+        configure_logging("INFO")
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+        assert logging.getLogger("services.rollout").isEnabledFor(logging.INFO)
+        configure_logging("DEBUG")
+        assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
+    finally:
+        root.handlers[:], level, levels = saved
+        root.setLevel(level)
+        for name, lvl in levels.items():
+            logging.getLogger(name).setLevel(lvl)
