@@ -83,11 +83,13 @@ class WeightUpdateExtension:
                 yield item
 
         runner = self.model_runner
+        # get_model(): the bare model, also where CUDA graphs wrap runner.model.
+        model = runner.get_model() if hasattr(runner, "get_model") else runner.model
         if hasattr(runner, "reload_weights"):
             runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
         else:
-            runner.model.load_weights(weights=counted())
-        _refresh_cpu_packed_weights(runner.model)
+            model.load_weights(weights=counted())
+        _refresh_cpu_packed_weights(model)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.coda_weight_version = version

@@ -33,15 +33,20 @@ class FakeWorker(ext.WeightUpdateExtension):
 
 
 class ReloadingRunner:
-    """A model runner with vLLM's in-place ``reload_weights`` (checkpoint-format iterator)."""
+    """A model runner with vLLM's in-place ``reload_weights`` (checkpoint-format iterator); ``model`` is wrapped
+    (as by CUDA graphs), ``get_model()`` gives the bare module."""
 
     def __init__(self) -> None:
-        self.model = FakeModel()
+        self.bare = FakeModel()
+        self.model = object()  # a wrapper with none of nn.Module's methods
         self.calls: list[bool] = []
+
+    def get_model(self) -> FakeModel:
+        return self.bare
 
     def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
         self.calls.append(is_checkpoint_format)
-        self.model.load_weights(weights_iterator)
+        self.bare.load_weights(weights_iterator)
 
 
 def test_update_weights_from_path_streams_every_shard(tmp_path):
@@ -61,7 +66,7 @@ def test_runner_reload_weights_is_preferred(tmp_path):
     worker.model_runner = ReloadingRunner()
     result = worker.update_weights_from_path(str(tmp_path), version="3")
     assert result["tensors"] == 1 and worker.model_runner.calls == [True]
-    assert set(worker.model_runner.model.loaded) == {"a.weight"}
+    assert set(worker.model_runner.bare.loaded) == {"a.weight"}
 
 
 def test_cpu_packed_copies_are_refreshed_after_a_reload(tmp_path, monkeypatch):
