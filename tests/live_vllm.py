@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.stack.vllm import SERVE_COMMAND, serve_env
 from shared.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,11 +42,9 @@ def running_vllm(model: Path, log: Path, max_model_len: int = 512, timeout_s: fl
     """Serve ``model`` as ``policy`` on a free port; yields the base URL; stops every vLLM process after."""
     skip_without_vllm()
     port = free_port()
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "PATH": f"{VLLM_BIN}:{os.environ['PATH']}",
-           "MODEL": str(model), "HOST": "127.0.0.1", "PORT": str(port), "MAX_MODEL_LEN": str(max_model_len),
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.Popen(["sh", "deploy/vllm/serve.sh", "--dtype", "float32"], cwd=REPO, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, **serve_env(VLLM_BIN, model, port, max_model_len)}
+    proc = subprocess.Popen(SERVE_COMMAND, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout_s

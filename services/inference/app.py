@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from services.inference.completions import RequestError, build_request, build_response
+from services.inference.completions import build_request, build_response
 from services.inference.config import InferenceSettings
 from services.inference.engine import AdapterNotLoaded, Engine
 from services.inference.metrics import InferenceMetrics
@@ -78,10 +78,9 @@ class Server:
         return await asyncio.wrap_future(self.engine.control(run, ready))
 
 
-def _api_error(exc: RequestError | WeightsError) -> ApiError:
-    status = getattr(exc, "status_code", 400)
-    return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError",
-                    param=getattr(exc, "param", None))
+def _api_error(exc: WeightsError) -> ApiError:
+    status = exc.status_code
+    return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError")
 
 
 def create_inference_app(settings: InferenceSettings) -> FastAPI:
@@ -121,8 +120,6 @@ def _generation_routes(app: FastAPI) -> None:
             request = build_request(body, server.runner, adapter, max_num_seqs=server.settings.max_num_seqs,
                                     default_max_tokens=server.settings.max_tokens_default)
             sequences, version = await asyncio.wrap_future(server.engine.submit(request))
-        except RequestError as exc:
-            raise _api_error(exc) from None
         except AdapterNotLoaded as exc:
             raise ApiError(str(exc), 404, "NotFoundError") from None
         response = build_response(body, body.model or server.name, sequences, version, server.runner)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from services.inference.engine import GenerationRequest, Sequence, make_generators
 from services.inference.model import ModelRunner
 from services.inference.sampling import SamplingParams
+from shared.http import ApiError
 from shared.protocol.inference import (
     TOKEN_ID_PREFIX,
     CompletionChoice,
@@ -21,11 +22,8 @@ from shared.protocol.inference import (
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
-class RequestError(ValueError):
-    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError",
-                 param: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.status_code, self.type_, self.param = message, status_code, type_, param
+class RequestError(ApiError, ValueError):
+    """A completion request vLLM would refuse: the route answers it as is (status, message, ``param``)."""
 
 
 def invalid(param: str, value: object, message: str) -> RequestError:

