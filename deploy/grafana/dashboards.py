@@ -119,6 +119,10 @@ PIPELINE = Dashboard("coda-pipeline", "coda-stack / pipeline",
         Panel("Admission wait (p50 / p99)", [(quantile(0.5, "coda_rollout_admission_wait_seconds"), "p50"),
                                              (quantile(0.99, "coda_rollout_admission_wait_seconds"), "p99")],
               unit="s", description="Time a new group waits for the staleness budget to admit it."),
+        Panel("Steps without RL tokens", [(f"sum by (trained) (increase(coda_trainer_steps_without_rl_total[{RATE}]))",
+                                           "{{trained}} instead")],
+              description="Steps whose RL samples were all stale or untrained (sft: demonstrations only; "
+                          "nothing: no step was taken). Anything but a short burst after a restart is a fault."),
     ]),
     ("Weights and failures", [
         Panel("Policy version", [("max by (job) (coda_policy_version)", "{{job}}"),

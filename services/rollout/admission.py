@@ -1,9 +1,15 @@
 """Staleness by admission: a new group may start only while the trainer can still use it in time.
 
-With ``v`` the live policy version and ``g`` groups per optimizer step, the trainer at step ``v`` accepts
-data sampled by versions ``v − s … v`` (``s = max_staleness``). So at most ``(s + v + 1)·g`` groups may ever
-have been started; ``accepted + running`` have been. A bump of the version releases ``g`` more. With
-``s = 0`` this is strict on-policy training: exactly one step's worth of groups per version.
+The trainer at version ``v`` accepts data sampled by versions ``v − s … v`` (``s = max_staleness``) and
+takes ``g`` groups per optimizer step. A group started now waits behind every group published or running
+that the trainer has not taken yet; so at most ``consumed + (s + 1)·g`` groups may ever have been started,
+where ``consumed`` is the number of published groups the trainer had taken when the live version was
+published (the trainer's ``AdmissionMark``). ``accepted + running`` have been. With ``s = 0`` this is
+strict on-policy training: exactly one step's worth of groups per version.
+
+Before the trainer wrote any mark, ``consumed = v·g`` (what it is in a run without restarts). Counting the
+groups actually taken, not versions, is what keeps the promise through trainer restarts (retrained steps
+bump the version without taking new groups), foreign groups and steps that trained nothing.
 Nothing sampled is thrown away for being stale: it is never started in the first place.
 """
 
@@ -14,9 +20,16 @@ import contextlib
 import time
 
 
-def admission_capacity(max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int) -> int:
-    """How many more groups may start now: ``(s + v + 1)·g − (accepted + running)`` (≤ 0: none)."""
-    return (max_staleness + version + 1) * groups_per_step - (accepted + running)
+def admission_limit(max_staleness: int, version: int, groups_per_step: int, consumed: int | None = None) -> int:
+    """How many groups may have been started in all: ``consumed + (s + 1)·g`` (``consumed`` unknown: ``v·g``)."""
+    base = version * groups_per_step if consumed is None else consumed
+    return base + (max_staleness + 1) * groups_per_step
+
+
+def admission_capacity(max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int,
+                       consumed: int | None = None) -> int:
+    """How many more groups may start now: the limit minus ``accepted + running`` (≤ 0: none)."""
+    return admission_limit(max_staleness, version, groups_per_step, consumed) - (accepted + running)
 
 
 class Admission:
@@ -27,12 +40,16 @@ class Admission:
         self.max_staleness, self.groups_per_step = max_staleness, groups_per_step
         self.max_running = max_running
         self.version, self.accepted, self.running = version, accepted, 0
+        self.consumed: int | None = None  # from the trainer's AdmissionMark; None: derived from the version
         self._changed = asyncio.Condition()
 
     @property
+    def limit(self) -> int:
+        return admission_limit(self.max_staleness, self.version, self.groups_per_step, self.consumed)
+
+    @property
     def capacity(self) -> int:
-        return admission_capacity(self.max_staleness, self.version, self.groups_per_step, self.accepted,
-                                  self.running)
+        return self.limit - (self.accepted + self.running)
 
     def can_start(self) -> bool:
         return self.capacity > 0 and (self.max_running is None or self.running < self.max_running)
@@ -56,6 +73,14 @@ class Admission:
         async with self._changed:
             if version > self.version:
                 self.version = version
+                self._changed.notify_all()
+
+    async def set_consumed(self, consumed: int) -> None:
+        """The trainer's count of groups taken (it only grows within a stream's life, but a restarted
+        trainer that finds foreign groups waiting may report fewer: the limit follows either way)."""
+        async with self._changed:
+            if consumed != self.consumed:
+                self.consumed = consumed
                 self._changed.notify_all()
 
 
@@ -99,7 +124,7 @@ class RedisAdmission(Admission):
         self.r.hset(self.keys[2], self.worker, time.time())
 
     def _try(self) -> bool:
-        limit = (self.max_staleness + self.version + 1) * self.groups_per_step
+        limit = self.limit
         if self.max_running is not None and self.running >= self.max_running:
             return False
         return bool(self._script(keys=self.keys, args=[limit, self.worker, time.time() - self.ttl]))

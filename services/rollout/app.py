@@ -54,11 +54,12 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 await admission.set_version(version)
 
             follower = WeightFollower(client, ctx.policy.state, stream=settings.weights_stream,
-                                      version_key=settings.version_key, on_version=on_version)
+                                      version_key=settings.version_key, admission_key=settings.admission_key,
+                                      on_version=on_version, on_consumed=admission.set_consumed)
             await follower.start()
             await on_version(ctx.policy.state.version)
             if admission.capacity < 0:
-                log.warning("more groups were published than the trainer's version allows; the rollout waits for "
+                log.warning("more groups were published than the trainer has taken; the rollout waits for "
                             "the trainer to catch up (for a fresh run, delete the counter key)",
                             extra={"key": settings.published_key, "accepted": accepted,
                                    "version": ctx.policy.state.version, "capacity": admission.capacity})

@@ -27,6 +27,8 @@ class RolloutSettings(ServiceSettings):
     stream_maxlen: int = Field(10_000, ge=1, description="Approximate cap on the trajectories stream length")
     weights_stream: str = Field("weights", description="Stream of the trainer's weight-update events")
     version_key: str = Field("policy:version", description="Redis key holding the live policy version")
+    admission_key: str = Field("policy:admission",
+                               description="Redis key of the trainer's admission mark (groups it has taken)")
     published_key: str = Field("rollout:published",
                                description="Redis counter of groups published (the 'accepted' term of admission)")
     inference_url: str = Field("http://127.0.0.1:8002", description="Policy inference server (vLLM API)")

@@ -3,7 +3,8 @@
 On start it reads ``policy:version``; then it tails the ``weights`` stream (plain ``XREAD`` from the
 newest entry: every rollout process must see every event, so no consumer group). A LoRA event switches
 requests to the adapter's model name (``policy-v{N}``); a full reload keeps the base name and only bumps
-the version. Each bump also opens the admission gate.
+the version. After each read it also looks at the trainer's admission mark (how many groups it has taken)
+and hands it on once this process serves the mark's version: that is what opens the admission gate.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import redis
 
+from shared.admission import ADMISSION_KEY, read_mark
 from shared.agents.llm import PolicyState
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
@@ -23,10 +25,12 @@ log = get_logger(__name__)
 
 class WeightFollower:
     def __init__(self, client: redis.Redis, state: PolicyState, *, stream: str = "weights",
-                 version_key: str = "policy:version",
-                 on_version: Callable[[int], Awaitable[None]] | None = None) -> None:
+                 version_key: str = "policy:version", admission_key: str = ADMISSION_KEY,
+                 on_version: Callable[[int], Awaitable[None]] | None = None,
+                 on_consumed: Callable[[int], Awaitable[None]] | None = None) -> None:
         self.r, self.state, self.stream, self.version_key = client, state, stream, version_key
-        self.on_version = on_version
+        self.admission_key = admission_key
+        self.on_version, self.on_consumed = on_version, on_consumed
         self.last_id = "0-0"
 
     async def start(self) -> None:
@@ -40,6 +44,19 @@ class WeightFollower:
         if raw is not None and int(raw) > self.state.version:
             # The key is ahead of the stream (e.g. trimmed): a full-weight version under the base name.
             await self._advance(int(raw), None)
+        await self.check_mark()
+
+    async def check_mark(self) -> None:
+        """Pass the trainer's admission mark on, once the version it was written with is the one we use."""
+        if self.on_consumed is None:
+            return
+        try:
+            mark = await asyncio.to_thread(read_mark, self.r, self.admission_key)
+        except ValueError as exc:
+            log.error("bad admission mark ignored", extra={"key": self.admission_key, "error": str(exc)[:200]})
+            return
+        if mark is not None and mark.version <= self.state.version:
+            await self.on_consumed(mark.consumed)
 
     async def apply(self, event: WeightUpdate) -> None:
         await self._advance(event.version, event.model_name if event.kind == "lora" else None)
@@ -69,3 +86,7 @@ class WeightFollower:
                         log.error("bad weight event skipped", extra={"entry": self.last_id, "error": str(exc)})
                         continue
                     await self.apply(event)
+            try:
+                await self.check_mark()
+            except redis.RedisError as exc:
+                log.warning("admission mark unreachable, retrying", extra={"error": repr(exc)[:200]})

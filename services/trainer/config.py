@@ -109,6 +109,9 @@ class TrainerSettings(ServiceSettings):
     consumer: str = Field("trainer-0", description="This trainer's consumer name (stable across restarts)")
     weights_stream: str = Field("weights", description="Stream of weight-update events")
     version_key: str = Field("policy:version", description="Redis key holding the live policy version")
+    admission_key: str = Field("policy:admission",
+                               description="Redis key of the admission mark: groups taken, for the rollout's gate")
+    published_key: str = Field("rollout:published", description="The rollout's counter of published groups")
 
     # ---------------------------------------------------------------- observability
     host: str = Field("127.0.0.1", description="Bind address of /health and /metrics")

@@ -6,6 +6,9 @@ Order of effects per step (what makes a crash lose nothing and count nothing twi
      trained since the last one, THEN acknowledge those entries;
   3. every ``publish_every`` steps: publish the weights as the next version (the version number is fixed in
      the checkpoint before it is written, so a resumed run knows which version its weights are).
+A step whose groups leave nothing to train (every sample stale or untrained, no demonstrations) is not a
+step: no optimizer step, no new version. Its groups still count as taken: they are acked with the next
+checkpoint, and the admission mark tells the rollout to start new ones, so a stale backlog drains.
 A crash before 2 loses the step's effect and its groups are still pending: they are trained again. A crash
 between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
 
@@ -32,6 +35,7 @@ from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_w
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
+from shared.admission import consumed_groups
 from shared.advantages import trajectory_advantages
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
@@ -49,6 +53,7 @@ class Trainer:
         self.unacked: list[str] = []
         self.last_publish = None
         self.sync_diff: float | None = None
+        self.steps_without_rl = 0  # consecutive steps (or skipped steps) in which no RL sample was trained
         self.ready = threading.Event()
 
     # ---------------------------------------------------------------- setup
@@ -81,7 +86,7 @@ class Trainer:
                                      config=s.model_dump(mode="json"))
         self.client = client
         self.publisher = Publisher(self.eng.engine, s.weights_dir, s.finetune, client, self.redis, s.weights_stream,
-                                   s.version_key, s.keep_weights, s.served_model)
+                                   s.version_key, s.keep_weights, s.served_model, admission_key=s.admission_key)
         self.state, self.red = checkpoint.TrainState(), REDState()
         path = checkpoint.latest(s.checkpoint_dir) if s.resume == "auto" else None
         if path is not None:
@@ -94,12 +99,15 @@ class Trainer:
 
     def _sync_server(self) -> None:
         """Make the server and Redis serve exactly the weights we hold, under a version that only grows."""
-        live = self._broadcast(self.publisher.live_version() if self.rank0 else None)
-        if live is not None and live > self.state.version:
-            # Versions were published from steps whose checkpoint was lost: ours are older, so they get a new
-            # number rather than reusing one the rollouts already saw with other weights.
-            self.state.version = live + 1
+        live, highest = self._broadcast((self.publisher.live_version(), self.publisher.highest_version())
+                                        if self.rank0 else None)
+        if highest is not None and highest > self.state.version:
+            # Versions were published (or reserved for a load cut short) from steps whose checkpoint was lost:
+            # ours are older, so they get a new number rather than one the rollouts or the server saw with
+            # other weights.
+            self.state.version = highest + 1
         # Equal versions: the server may have lost the weights (restart), so they are re-sent, not re-announced.
+        # Either way the admission mark is renewed: it counts the groups taken, which a restart does not change.
         self._publish(announce=live != self.state.version)
 
     # ---------------------------------------------------------------- loop
@@ -132,15 +140,22 @@ class Trainer:
             sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
         out = train_step(self.eng, StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)), self.objective,
                          self.ref, s.micro_batch_tokens, s.packing)
+        st.dropped_stale += dropped
+        st.trained_groups += [g.group_id for g in groups]
+        self.unacked += [e.id for e in entries]
+        self._watch_rl(out, dropped, sum(1 for smp in rows if smp.num_trained_tokens))
+        if not out["tokens"]:
+            # Nothing trained: the weights are unchanged, so neither the step count nor the version moves.
+            # The groups are taken all the same (acked with the next checkpoint); the mark lets new ones start.
+            if self.rank0:
+                self.publisher.mark(st.version, self._consumed())
+            return
         self.red.observe(out["rl_entropy"] if out["rl_tokens"] else None,
                          out["sft_entropy"] if sft_seqs else None, self.red_cfg.ema_decay)
         st.step += 1
         st.tokens += int(out["tokens"])
-        st.dropped_stale += dropped
         st.sft_cursor = cursor
         st.red = self.red.to_dict()
-        st.trained_groups += [g.group_id for g in groups]
-        self.unacked += [e.id for e in entries]
         publish = st.step % s.publish_every == 0
         if publish:
             st.version += 1
@@ -148,9 +163,30 @@ class Trainer:
             self._checkpoint()
         if publish:
             self._publish(announce=True)
+        elif self.rank0:
+            self.publisher.mark(st.version, self._consumed())
         if self.rank0:
             rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
             self.observer.record(rec)
+
+    def _watch_rl(self, out: dict, dropped: int, trainable: int) -> None:
+        """Make training on nothing loud: a warning per step without RL tokens, counters for the dashboard."""
+        if out["rl_tokens"]:
+            if self.steps_without_rl:
+                log.info("RL samples trained again", extra={"after_steps": self.steps_without_rl})
+            self.steps_without_rl = 0
+            return
+        self.steps_without_rl += 1
+        if self.rank0:
+            self.observer.without_rl(trained=bool(out["tokens"]), dropped=dropped)
+            log.warning("no RL sample trained in this step" + (": all were stale" if dropped else ""),
+                        extra={"version": self.state.version, "trainable_samples": trainable,
+                               "dropped_stale": dropped, "sft_tokens": int(out.get("sft_tokens", 0)),
+                               "steps_in_a_row": self.steps_without_rl})
+
+    def _consumed(self) -> int:
+        """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``)."""
+        return consumed_groups(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
 
     def _checkpoint(self) -> None:
         self.state.covered = list(self.unacked)
@@ -163,7 +199,9 @@ class Trainer:
         faults.point("before_publish")
 
     def _publish(self, announce: bool) -> None:
-        self.last_publish = self.publisher.publish(self.state.version, self.state.step, announce=announce)
+        consumed = self._consumed() if self.rank0 else None
+        self.last_publish = self.publisher.publish(self.state.version, self.state.step, announce=announce,
+                                                   consumed=consumed)
         if self.rank0 and self.last_publish is not None:
             self.observer.published(self.state.version, self.last_publish.publish_seconds)
         if self.s.sync_check and self.s.inference_url:

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.log import get_logger
 from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
@@ -44,13 +44,17 @@ class Observer:
         self.jsonl = self.dir / "train.jsonl"
         self.plot_every = plot_every
         self.gauges: dict[str, Gauge] = {}
-        self.version = self.publish_hist = None
+        self.version = self.publish_hist = self.no_rl = None
         if registry is not None:
             self.gauges = {k: Gauge(f"coda_trainer_{k}", f"Trainer {k.replace('_', ' ')} (last step)",
                                     registry=registry) for k in GAUGES}
             self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
             self.publish_hist = Histogram("coda_trainer_weight_sync_seconds_hist", "Weight publish latency",
                                           buckets=LATENCY_BUCKETS, registry=registry)
+            # Training on nothing must be visible: steps whose RL samples were all dropped (or untrained).
+            self.no_rl = Counter("coda_trainer_steps_without_rl", "Steps that trained no RL token, by what they "
+                                 "trained instead (sft: demonstrations only; nothing: no step was taken)",
+                                 ["trained"], registry=registry)
         self.run = None
         if wandb_project:
             import wandb
@@ -70,6 +74,11 @@ class Observer:
             self.run.log({k: v for k, v in rec.items() if k != "step"}, step=int(rec.get("step", 0)))
         if int(rec.get("step", 0)) % self.plot_every == 0:
             self.plot()
+
+    def without_rl(self, trained: bool, dropped: int) -> None:
+        """A step (``trained``: SFT only) or a skipped step in which no RL sample was trained."""
+        if self.no_rl is not None:
+            self.no_rl.labels("sft" if trained else "nothing").inc()
 
     def published(self, version: int, seconds: float) -> None:
         if self.version is not None:

@@ -4,7 +4,11 @@ LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}`` and loaded with ``PO
 under the name ``policy-v{N}``; adapters older than the keep window are unloaded and deleted.
 Full: the model is written as safetensors to ``<weights_dir>/v{N}`` and the server reloads it through the
 full-reload route (``POST /collective_rpc`` → ``update_weights_from_path``).
-Then ``policy:version`` is set to N and a ``WeightUpdate`` goes on the ``weights`` stream.
+Then ``policy:version`` is set to N and a ``WeightUpdate`` goes on the ``weights`` stream, together with the
+admission mark (how many groups the trainer has taken) that lets the rollout start the next ones.
+
+N is reserved in Redis (``<version key>:reserved``) before the server sees the weights: a crash between the
+load and the announcement must not let a restarted trainer give the same number to other weights.
 
 Every folder is written under a ``.tmp`` name and renamed when complete, so a reader (or a crash) never
 sees a half-written version. Under ZeRO-3 the parameters are gathered collectively; only rank 0 writes.
@@ -21,9 +25,10 @@ from pathlib import Path
 
 import torch
 
+from shared.admission import ADMISSION_KEY, encode_mark
 from shared.inference_client import InferenceError, SyncInferenceClient
 from shared.log import get_logger
-from shared.protocol import WeightUpdate
+from shared.protocol import AdmissionMark, WeightUpdate
 from shared.stream import encode
 
 log = get_logger(__name__)
@@ -70,13 +75,16 @@ class Publisher:
     """Pushes versions to one inference server and to Redis; rank 0 only (ranks > 0 just join the gather)."""
 
     def __init__(self, engine, weights_dir: str, kind: str, client: SyncInferenceClient | None, redis,
-                 weights_stream: str, version_key: str, keep: int, served_model: str = "policy") -> None:
+                 weights_stream: str, version_key: str, keep: int, served_model: str = "policy",
+                 admission_key: str = ADMISSION_KEY) -> None:
         self.engine = engine
         self.root = Path(weights_dir)
         self.kind = kind
         self.client = client
         self.redis = redis
         self.version_key = version_key
+        self.reserved_key = f"{version_key}:reserved"
+        self.admission_key = admission_key
         self.keep = keep
         self.served_model = served_model
         self.weights_stream = weights_stream
@@ -88,16 +96,32 @@ class Publisher:
         raw = self.redis.get(self.version_key)
         return None if raw is None else int(raw)
 
-    def publish(self, version: int, step: int, announce: bool = True) -> WeightUpdate | None:
+    def highest_version(self) -> int | None:
+        """The highest version ever given to weights: announced, or reserved for a load that was cut short."""
+        if self.redis is None:
+            return None
+        seen = [int(raw) for raw in self.redis.mget(self.version_key, self.reserved_key) if raw is not None]
+        return max(seen, default=None)
+
+    def mark(self, version: int, consumed: int) -> None:
+        """Tell the rollout how many groups the trainer has taken (a step that published nothing)."""
+        if self.redis is not None:
+            self.redis.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
+
+    def publish(self, version: int, step: int, announce: bool = True,
+                consumed: int | None = None) -> WeightUpdate | None:
         """Write, load and (``announce``) announce ``version``; returns the event on rank 0, else None.
 
         ``announce=False`` re-sends weights the server may have lost (a restart) under a version Redis
-        already holds: no version bump, no new event.
+        already holds: no version bump, no new event. ``consumed`` (groups taken so far) goes out with the
+        version as the rollout's admission mark.
         """
         start = time.perf_counter()
         path = write_weights(self.engine, self.root, version, self.kind)
         if path is None:
             return None
+        if self.redis is not None:
+            self._reserve(version)
         name = model_name(version)
         if self.client is not None:
             if self.kind == "lora":
@@ -114,10 +138,20 @@ class Publisher:
             pipe = self.redis.pipeline(transaction=True)
             pipe.set(self.version_key, version)
             pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
+            if consumed is not None:
+                pipe.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
             pipe.execute()
+        elif consumed is not None:
+            self.mark(version, consumed)
         self._prune(version)
         log.info("weights published", extra={"version": version, "kind": self.kind, "seconds": round(seconds, 3)})
         return event
+
+    def _reserve(self, version: int) -> None:
+        """Record ``version`` as taken before any server can serve it (the reservation only ever grows)."""
+        current = self.redis.get(self.reserved_key)
+        if current is None or int(current) < version:
+            self.redis.set(self.reserved_key, version)
 
     def _load_adapter(self, name: str, path: Path, replace: bool) -> None:
         if replace:  # the server may still hold an adapter of this name from before our restart

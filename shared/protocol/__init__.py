@@ -22,9 +22,10 @@ from shared.protocol.retrieval import (
 )
 from shared.protocol.search import SearchRequest, SearchResponse
 from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
-from shared.protocol.weights import WeightUpdate
+from shared.protocol.weights import AdmissionMark, WeightUpdate
 
 __all__ = [
+    "AdmissionMark",
     "CollectiveRpcRequest",
     "CompletionRequest",
     "CompletionResponse",

@@ -19,3 +19,21 @@ class WeightUpdate(BaseModel):
     step: int = Field(ge=0, description="Trainer optimizer step that produced the weights")
     created_at: float = Field(description="Unix time the version went live")
     publish_seconds: float = Field(0.0, ge=0, description="Time from save start to live")
+
+
+class AdmissionMark(BaseModel):
+    """How many published groups the trainer had taken when policy ``version`` went live.
+
+    The rollout starts a group only while ``published + running < consumed + (max_staleness + 1)·g``: the
+    limit follows the groups the trainer actually consumed, not the version number, so versions that run
+    ahead of consumption (a restart that retrains lost steps, foreign groups, empty steps) never let a
+    backlog of soon-stale groups build up. ``version`` ties the mark to the weights it was written with:
+    a rollout applies it only once it serves that version, so a strict on-policy run never samples with
+    weights older than the mark promises.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=0, description="Policy version live when the mark was written")
+    consumed: int = Field(description="Published groups the trainer had taken from the stream (may be < 0 while "
+                                      "foreign groups wait in it)")

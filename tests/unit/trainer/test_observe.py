@@ -32,11 +32,18 @@ def test_jsonl_gauges_and_plots(tmp_path):
     assert "coda_trainer_step 3.0" in metrics and "coda_trainer_red_weight 1.5" in metrics
     assert "coda_policy_version 3.0" in metrics and "coda_trainer_weight_sync_seconds_hist_count 1.0" in metrics
     assert client.get("/health").status_code == 503  # no trainer yet
-    holder["t"] = SimpleNamespace(ready=threading.Event(), state=SimpleNamespace(
+    holder["t"] = SimpleNamespace(ready=threading.Event(), steps_without_rl=0, state=SimpleNamespace(
         step=3, version=3, tokens=10, trained_groups=["a"], dropped_stale=0))
     holder["t"].ready.set()
     assert client.get("/health").status_code == 200
     assert client.get("/status").json()["version"] == 3
+    assert client.get("/status").json()["warnings"] == []
+    # Training on nothing is loud: a warning on /status and a counter on /metrics.
+    holder["t"].steps_without_rl = 4
+    obs.without_rl(trained=False, dropped=6)
+    assert "4 step(s)" in client.get("/status").json()["warnings"][0]
+    metrics = client.get("/metrics").text
+    assert 'coda_trainer_steps_without_rl_total{trained="nothing"} 1.0' in metrics
 
 
 def test_wandb_offline_run_written(tmp_path, monkeypatch):
