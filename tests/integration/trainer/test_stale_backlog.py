@@ -20,10 +20,12 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     rng = random.Random(3)
     model = h.save_tiny_model(tmp_path / "model")
     queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup)
-    # A run whose checkpoint was lost: Redis says version 5 is live, the backlog was sampled by version 0.
+    # A run whose checkpoint was lost: Redis says version 5 is live, and 6 was reserved by a publish that
+    # crashed between the server's load and the announcement. The backlog was sampled by version 0.
     redis_client.set("policy:version", 5)
+    redis_client.set("policy:version:reserved", 6)
     stale = [h.random_group(rng, i, version=0) for i in range(3 * PER_STEP)]
-    fresh = [h.random_group(rng, 100 + i, version=6) for i in range(PER_STEP)]
+    fresh = [h.random_group(rng, 100 + i, version=7) for i in range(PER_STEP)]
     for g in stale + fresh:
         queue.publish(g)
         redis_client.incr("rollout:published")
@@ -39,13 +41,13 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     assert state["step"] == 1 and state["tokens"] > 0
     assert state["dropped_stale"] == sum(len(g.samples) for g in stale)
     assert state["trained_groups"] == [g.group_id for g in stale + fresh]
-    # Versions: 6 at start (5 was another run's), 7 after the one real step; nothing for the empty ones.
+    # Versions: 7 at start (5 and 6 went to other weights), 8 after the one real step; none for empty steps.
     events = [decode(WeightUpdate, f).version for _, f in redis_client.xrange("weights")]
-    assert events == [6, 7]
-    assert int(redis_client.get("policy:version")) == state["version"] == 7
+    assert events == [7, 8]
+    assert int(redis_client.get("policy:version")) == state["version"] == 8
     # The rollout was told that all 8 published groups were taken, at the version it now serves.
     mark = read_mark(redis_client)
-    assert (mark.version, mark.consumed) == (7, 8)
+    assert (mark.version, mark.consumed) == (8, 8)
     # Everything taken was acked (the empty steps' groups with the next checkpoint).
     stats = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="x").stats()
     assert stats.pending == 0 and stats.lag == 0
