@@ -1,8 +1,9 @@
 """The retriever's HTTP app: Search-R1-compatible ``POST /retrieve`` plus ``/health``, ``/metrics``, ``/docs``.
 
-Startup loads the index onto ``app.state`` and starts the micro-batcher. The route validates, resolves
-defaults (topk null/0 → the server default, exactly like Search-R1), waits for its slice of a batch and
-writes the JSON itself: corpus rows are spliced in as stored bytes, which keeps big responses cheap.
+Startup loads the index onto ``app.state`` (the encoder loaded and warmed: ``/health`` is ready only then)
+and starts the micro-batcher. The route validates, resolves defaults (topk null/0 → the server default,
+exactly like Search-R1), waits for its slice of a batch and writes the JSON itself: corpus rows are spliced
+in as stored bytes, which keeps big responses cheap.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ they are settings, recorded in the index manifest so that serving encodes querie
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +61,16 @@ class Encoder:
             self.model.half()  # fp16 on GPU, as Search-R1 serves e5
         self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")
                        else self.model.get_sentence_embedding_dimension())
+        self.warm_s: float | None = None  # set by warm()
         log.info("encoder loaded", extra={"encoder": name, "device": self.device, "dim": self.dim})
+
+    def warm(self) -> float:
+        """One throw-away encode, so that the first request does not pay for the first forward pass (lazy
+        initialisation in torch and the tokenizer); returns its seconds."""
+        start = time.perf_counter()
+        self.encode_queries(["warm-up"])
+        self.warm_s = time.perf_counter() - start
+        return self.warm_s
 
     def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:
         if not texts:

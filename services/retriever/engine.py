@@ -64,8 +64,7 @@ class Retriever:
 
     def __init__(self, corpus: CorpusStore, sparse, dense, encoder,
                  observe: Callable[[str, float], None] | None = None, cpu_threads: int = 0) -> None:
-        """``encoder`` is an ``Encoder`` or a zero-argument factory, called on the first dense search."""
-        self.corpus, self.sparse, self.dense, self._encoder = corpus, sparse, dense, encoder
+        self.corpus, self.sparse, self.dense, self.encoder = corpus, sparse, dense, encoder
         self.observe = observe or (lambda stage, seconds: None)
         self.cpu_threads = cpu_threads
         self._local = threading.local()
@@ -86,12 +85,6 @@ class Retriever:
     @property
     def num_docs(self) -> int:
         return len(self.corpus)
-
-    @property
-    def encoder(self):
-        if callable(self._encoder):
-            self._encoder = self._encoder()
-        return self._encoder
 
     def _timed(self, stage: str, fn, *args):
         start = time.perf_counter()
@@ -172,19 +165,17 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
     else:
         dense = FaissIndex.load(index_dir, settings.faiss_search_params, use_gpu=settings.faiss_gpu)
 
-    def make_encoder() -> Encoder:
-        encoder = Encoder(settings.encoder or manifest["encoder"]["name"],
-                          query_prefix=(settings.query_prefix if settings.query_prefix is not None
-                                        else manifest["encoder"].get("query_prefix", "")),
-                          device=settings.device, batch_size=settings.encode_batch_size,
-                          threads=settings.cpu_threads)
-        if encoder.dim != manifest["encoder"]["dim"]:
-            raise ValueError(f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds "
-                             f"{manifest['encoder']['dim']}-d")
-        return encoder
-
-    # A sparse-by-default server (the CPU embedded default) loads the encoder only if a request asks for it.
-    encoder = make_encoder if settings.mode == "sparse" else make_encoder()
+    # Loaded and warmed here, before the app reports ready, in every mode: a sparse-default server still
+    # answers mode=dense requests, and loading the model on the first one stalled every query (one index
+    # owner) for the ~8 s the load takes on CPU.
+    encoder = Encoder(settings.encoder or manifest["encoder"]["name"],
+                      query_prefix=(settings.query_prefix if settings.query_prefix is not None
+                                    else manifest["encoder"].get("query_prefix", "")),
+                      device=settings.device, batch_size=settings.encode_batch_size, threads=settings.cpu_threads)
+    if encoder.dim != manifest["encoder"]["dim"]:
+        raise ValueError(f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds "
+                         f"{manifest['encoder']['dim']}-d")
+    log.info("encoder warm", extra={"encoder": encoder.name, "seconds": round(encoder.warm(), 3)})
     log.info("index loaded", extra={"index_dir": str(index_dir), "docs": len(corpus),
                                     "dense": settings.dense_backend, "seconds": round(time.perf_counter() -
                                                                                       started, 2)})

@@ -1,5 +1,6 @@
 """The rollout's Prometheus metrics (``coda_rollout_*``): throughput, turns, tokens, rewards, failures,
-admission waits and staleness. Registered on the app's registry; the producer updates them."""
+admission waits, staleness and pauses for dependency outages. Registered on the app's registry; the producer
+updates them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ REWARD_BUCKETS = (-3, -2, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)
 
 class RolloutMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        r = registry or CollectorRegistry()
+        self.registry = r = registry or CollectorRegistry()
         self.episodes = Counter("coda_rollout_episodes_total", "Episodes finished", ["recipe"], registry=r)
         self.groups = Counter("coda_rollout_groups_total", "Groups by outcome", ["outcome"], registry=r)
         self.failures = Counter("coda_rollout_failures_total", "Failed groups by cause", ["cause"], registry=r)
@@ -31,4 +32,11 @@ class RolloutMetrics:
                                    buckets=(0, 1, 2, 3, 4, 6, 8, 16), registry=r)
         self.running = Gauge("coda_rollout_running_groups", "Groups in flight", registry=r)
         self.queued = Gauge("coda_rollout_queued_prompts", "Prompts waiting (including re-queued)", registry=r)
+        self.waiting = Gauge("coda_rollout_waiting_for_dependency",
+                             "1 while new groups are paused until this dependency answers again", ["dependency"],
+                             registry=r)
+        self.outages = Counter("coda_rollout_dependency_outages_total", "Outages that paused new groups",
+                               ["dependency"], registry=r)
+        self.paused_seconds = Counter("coda_rollout_paused_seconds_total",
+                                      "Seconds new groups were paused for dependency outages", registry=r)
         self.version = Gauge(POLICY_VERSION, "Policy version the rollout samples with", ["service"], registry=r)

@@ -1,10 +1,12 @@
 """The producer loop: admit → take a prompt → run ``n`` episodes concurrently → score → publish one group.
 
 A group is published only when all its ``n`` episodes finished (GRPO needs the whole group). When any
-episode fails after the clients' bounded retries (LLM, retriever or searcher down or answering 5xx), the
-group is recorded as failed with its cause, its admission slot is freed and its prompt goes back to the
-queue (dropped, with an error log, after ``max_prompt_failures`` attempts). The loop itself never stops on
-an episode error.
+episode fails after the clients' bounded retries, the group is recorded as failed with its cause, its
+admission slot is freed and its prompt goes back to the queue. If the cause is a dependency outage (LLM,
+retriever, searcher or Redis down, timing out or answering 502/503/504/429) the prompt is not to blame: it is not
+counted, and admission pauses until the dependency answers again (``services.rollout.outage``). Otherwise
+the failure counts against the prompt, which is dropped, with an error log, after ``max_prompt_failures``
+failures without a success in between. The loop itself never stops on an episode error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
 from services.rollout.metrics import RolloutMetrics
+from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import build_group, combine_group, score_episode
 from shared.agents import run_episode
 from shared.agents.context import AgentContext, Episode
@@ -60,12 +63,21 @@ class PromptQueue:
         return self.pending.popleft()
 
     def requeue(self, record: PromptRecord, max_failures: int) -> bool:
-        """Put a failed prompt back; False (dropped) once it failed ``max_failures`` times."""
+        """Put a prompt back that failed by its own fault; False (dropped) once it failed ``max_failures``
+        times in a row."""
         self.attempts[record.prompt_id] += 1
         if self.attempts[record.prompt_id] >= max_failures:
             return False
         self.retry.append(record)
         return True
+
+    def put_back(self, record: PromptRecord) -> None:
+        """Put a prompt back uncounted: its group failed because a dependency was down."""
+        self.retry.append(record)
+
+    def succeeded(self, record: PromptRecord) -> None:
+        """A published group: earlier failures no longer count towards dropping the prompt."""
+        self.attempts.pop(record.prompt_id, None)
 
     def __len__(self) -> int:
         return len(self.pending) + len(self.retry)
@@ -106,6 +118,7 @@ class Producer:
         self.failures: Counter[str] = Counter()
         self.services = {"inference": settings.inference_url, "retriever": settings.retriever_url,
                          "searcher": settings.searcher_url}
+        self.gate = DependencyGate(self._answers, metrics)
         self._tasks: set[asyncio.Task] = set()
 
     @property
@@ -117,7 +130,15 @@ class Producer:
         started = 0
         try:
             while max_groups is None or started < max_groups:
-                wait = await self.admission.acquire()
+                await self.gate.wait()  # a dependency is down: probe it instead of failing prompts on it
+                try:
+                    wait = await self.admission.acquire()
+                except redis.RedisError as exc:  # the shared admission gate lives in Redis
+                    self.gate.down("redis", failure_cause(exc, self.services), time.perf_counter())
+                    continue
+                if self.gate.waiting_for is not None:  # it went down while we waited for the slot
+                    await self.admission.release(published=False)
+                    continue
                 self.metrics.admission_wait.observe(wait)
                 record = self.prompts.next()
                 if record is None:
@@ -140,6 +161,15 @@ class Producer:
         episode = await run_episode(self.s.agent, self.ctx, record)
         return episode, time.perf_counter() - start
 
+    async def _answers(self, dependency: str) -> bool:
+        """The gate's probe: does ``dependency`` answer again?"""
+        if dependency == "redis":
+            try:
+                return bool(await asyncio.to_thread(self.r.ping))
+            except redis.RedisError:
+                return False
+        return await http_answers(self.services[dependency])
+
     async def _group(self, record: PromptRecord, version: int, wait_s: float) -> None:
         start = time.perf_counter()
         published = False
@@ -148,16 +178,20 @@ class Producer:
                                            return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
-                self._failed(record, errors[0])
+                # One outage error means the group met the outage; blame that, not the prompt.
+                outages = [e for e in errors if outage_dependency(failure_cause(e, self.services))]
+                self._failed(record, (outages or errors)[0], start)
                 return
             try:
                 group = self._score(record, [r for r in results if not isinstance(r, BaseException)], version,
                                     {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start})
                 await asyncio.to_thread(self._publish, group)
             except Exception as exc:  # a reward bug or Redis down: count it, keep the prompt, keep running
-                self._failed(record, exc)
+                self._failed(record, exc, start)
                 return
             published = True
+            self.prompts.succeeded(record)
+            self.gate.ok()
         finally:
             await self.admission.release(published)
             self.metrics.running.set(self.admission.running)
@@ -190,13 +224,19 @@ class Producer:
         self.metrics.staleness.observe(self.version - oldest)
         self.metrics.version.labels("rollout").set(self.version)
 
-    def _failed(self, record: PromptRecord, exc: BaseException) -> None:
+    def _failed(self, record: PromptRecord, exc: BaseException, started: float) -> None:
         cause = failure_cause(exc, self.services)
         self.failures[cause] += 1
         self.stats.failed += 1
         self.metrics.failures.labels(cause).inc()
         self.metrics.groups.labels("failed").inc()
-        if self.prompts.requeue(record, self.s.max_prompt_failures):
+        dependency = outage_dependency(cause)
+        if dependency is not None:  # not the prompt's fault: back in the queue uncounted, admission paused
+            self.prompts.put_back(record)
+            self.gate.down(dependency, cause, started)
+            log.debug("group failed in an outage; prompt re-queued", extra={"prompt_id": record.prompt_id,
+                                                                            "cause": cause})
+        elif self.prompts.requeue(record, self.s.max_prompt_failures):
             log.warning("group failed; prompt re-queued", extra={"prompt_id": record.prompt_id, "cause": cause,
                                                                  "error": repr(exc)[:300]})
         else:
@@ -212,4 +252,4 @@ class Producer:
                               "max_staleness": a.max_staleness, "groups_per_step": a.groups_per_step},
                 "published": self.stats.published, "failed": self.stats.failed, "dropped": self.stats.dropped,
                 "episodes": self.stats.episodes, "failures_by_cause": dict(self.failures),
-                "queued_prompts": len(self.prompts), "epoch": self.prompts.epoch}
+                "queued_prompts": len(self.prompts), "epoch": self.prompts.epoch, **self.gate.status()}
