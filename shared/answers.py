@@ -117,7 +117,11 @@ def extract_all_tags(text: str, tag: str) -> list[str]:
 
 
 def extract_answer(text: str) -> str | None:
-    """The last ``<answer>`` of a response (see ``extract_tag``)."""
+    """The last ``<answer>`` of a text (see ``extract_tag``).
+
+    Rewards and eval do not use it: they score ``Episode.answer``, parsed from the policy's own turn. A whole
+    response also holds the environment's messages, which spell out ``<answer> and </answer>``.
+    """
     return extract_tag(text, "answer")
 
 

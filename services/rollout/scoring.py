@@ -1,8 +1,10 @@
 """Scores episodes with the recipe's reward (``shared.rewards.recipes``) and builds the published group.
 
 Rewards are per episode; a CoDA episode's reward goes to its planner and every executor it spawned (the
-seed's rule). Every sample also carries the reward's named components, so the trainer and the dashboards
-see what the scalar was made of.
+seed's rule). Rewards read the episode's parsed answer (the one eval scores, ``answer_metrics``), the
+policy's own turns and the observations' contents, never the whole response text: the environment's
+messages in it spell out ``<answer> and </answer>``. Every sample also carries the reward's named
+components, so the trainer and the dashboards see what the scalar was made of.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from shared.datasets import PromptRecord, gold_doc_ids
 from shared.protocol import TrajectoryGroup
 from shared.rewards.combine import combine_rewards
 from shared.rewards.efficiency import think_format_fraction
-from shared.rewards.recipes import coda_reward, recursive_reasoner_reward, search_r1_reward, tool_agent_reward
+from shared.rewards.recipes import (
+    ExecutorRun,
+    coda_reward,
+    recursive_reasoner_reward,
+    search_r1_reward,
+    tool_agent_reward,
+)
 from shared.rewards.result import RewardResult
 from shared.rewards.similarity import answer_similarity, subproblem_independence
 
@@ -27,11 +35,12 @@ def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Epis
                   embed: Embedder) -> RewardResult:
     recipe, golds = settings.agent, record.golden_answers
     if recipe in ("search-r1", "thinker-searcher"):
-        return search_r1_reward(episode.main.response_text, golds, metric=settings.metric)
+        return search_r1_reward(episode.answer, golds, action_text=episode.main.action_text,
+                                information=episode.main.observations("information"), metric=settings.metric)
     if recipe in ("coda", "red-coda"):
-        return coda_reward(episode.main.response_text, [c.response_text for c in episode.children], golds,
-                           metric=settings.metric, format_weight=settings.format_weight,
-                           refine_weight=settings.refine_weight)
+        executors = [ExecutorRun(c.generated_text, c.observations("documents")) for c in episode.children]
+        return coda_reward(episode.answer, episode.main.generated_text, executors, golds, metric=settings.metric,
+                           format_weight=settings.format_weight, refine_weight=settings.refine_weight)
     if recipe == "recursive-reasoner":
         info = episode.info
         independence = subproblem_independence(info["subproblems"], embed) if info["decomposed"] else 0.5

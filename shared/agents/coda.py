@@ -52,7 +52,7 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
             results.append(answer.strip())
         # Several tasks in one turn: one <result> block each, in task order.
         before, after = Observation.wrapped("result", "").before, Observation.wrapped("result", "").after
-        return Observation(content=(after + before).join(results), before=before, after=after)
+        return Observation(content=(after + before).join(results), before=before, after=after, tag="result")
 
     spec = RoleSpec(actions=("task", "answer"), invalid_message=INVALID_PLANNER_ACTION,
                     budget=ctx.budget("planner"), forced_final=True)

@@ -10,11 +10,12 @@ recursive reasoner's worker): its tokens are never trained.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # aiohttp is needed only where the rollout builds that transport
     from shared.agents.aio_llm import AiohttpCompletions
+    from shared.agents.tokenizer import TokenizerLike
     from shared.inference_client import InferenceClient
 
 
@@ -24,7 +25,7 @@ class Generation:
 
     token_ids: list[int]
     logprobs: list[float]
-    text: str  # includes the matched stop string (include_stop_str_in_output)
+    text: str  # as the server reported it: with a stop string, cut right after it (see ``whole_tokens``)
     finish_reason: str  # "stop" | "length" | "abort"
     stop_reason: int | str | None  # the stop string / stop token id; None for EOS and length
     version: int  # policy version that sampled every token (-1 for a frozen model)
@@ -33,6 +34,31 @@ class Generation:
     def hit_eos(self) -> bool:
         """The model ended the turn itself with EOS (not a stop string, not the token cap)."""
         return self.finish_reason == "stop" and self.stop_reason is None
+
+
+def whole_tokens(gen: Generation, tok: TokenizerLike) -> Generation:
+    """``gen`` with the text of its whole last token: text, ids and the parsed action then agree.
+
+    With a byte-level BPE tokenizer the token that completes a stop string can run past it (SmolLM2 has
+    ``>.`` and ``>,``: ``</task`` + ``>.``). vLLM (and our server) cut the text right after the stop string
+    (``include_stop_str_in_output``) but keep that whole token in the ids, so the text would say ``</task>``
+    while the ids (trained on, and fed to the next turn) say ``</task>.``. The ids are what was sampled and
+    carry the logprobs, so they stay; the text gets the last token's characters after the stop string
+    (found the way the server looks for it: the first match ending in that token). Parsers read the first
+    complete action block and ignore what trails it.
+    """
+    stop = gen.stop_reason
+    if not isinstance(stop, str) or not stop or not gen.token_ids:
+        return gen
+    text, before = tok.decode(gen.token_ids), tok.decode(gen.token_ids[:-1])
+    start = text.find(stop, max(0, len(before) - len(stop) + 1))
+    if start < 0:  # the decoded ids do not hold the stop string (a server that reported something else)
+        raise ValueError(f"stop string {stop!r} not found where the last generated token ends: {text[-80:]!r}")
+    tail = text[start + len(stop):]
+    if not tail:
+        return gen
+    head = gen.text if gen.text.endswith(stop) else gen.text + stop  # without include_stop_str_in_output
+    return replace(gen, text=head + tail)
 
 
 class Generator(Protocol):

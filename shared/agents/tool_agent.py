@@ -46,10 +46,8 @@ def final_reply(text: str) -> str | None:
 async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
     traj = TokenTrajectory(ctx.tok.render(tool_agent_messages(record.question)), role="policy")
     retrieved: list[list[str]] = []
-    messages: list[dict] = []
 
     async def act(actions: list[Action]) -> Observation:
-        messages.append({"role": "assistant", "content": traj.pieces[-1]})
         call = actions[0]
         if call.tag == "bad":
             content = INVALID_TOOL_CALL
@@ -57,17 +55,21 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
             docs = (await ctx.retriever.retrieve([call.content], topk=ctx.topk))[0]
             retrieved.append([d.id for d in docs])
             content = json.dumps({"ids": [d.id for d in docs], "documents": [d.contents for d in docs]})
-        messages.append({"role": "tool", "content": content})
         marker = "\x00"  # the content is the only truncatable part of the rendered tool turn
         before, _, after = ctx.tok.tool_turn(marker).partition(marker)
-        return Observation(content=content, before=before, after=after)
+        return Observation(content=content, before=before, after=after, tag="tool_response")
 
     spec = RoleSpec(actions=("search",), invalid_message=INVALID_TOOL_CALL, budget=ctx.budget("policy"),
                     stop=(TOOL_CALL_CLOSE,), parse=parse_tool_calls, answer_on_eos=final_reply,
                     final_message=FINAL_REPLY_NUDGE, final_stop=(TOOL_CALL_CLOSE,))
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
-    if traj.pieces:
-        messages.append({"role": "assistant", "content": traj.pieces[-1]})
     return Episode(main=traj, answer=outcome.answer,
-                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved, "messages": messages,
+                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved, "messages": chat(traj),
                          "invalid_turns": outcome.invalid_turns})
+
+
+def chat(traj: TokenTrajectory) -> list[dict]:
+    """The episode as chat messages for the format reward: every turn the model wrote (``assistant``) and
+    every tool result (``tool``); the environment's messages (invalid call, final nudge) are nobody's turn."""
+    return [{"role": "assistant", "content": s.text} if s.source == "generated"
+            else {"role": "tool", "content": s.content} for s in traj.segments if s.source != "message"]

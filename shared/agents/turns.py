@@ -2,7 +2,8 @@
 
 Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
 - A turn ends at a stop string (the closers of the role's action tags) or at EOS; the ids are kept as
-  sampled, EOS included.
+  sampled, EOS included. The turn's text is that of its whole last token, even where a BPE merge carries
+  characters past the stop string (``</task>.``; ``llm.whole_tokens``), so text, ids and action agree.
 - The first complete action block decides the turn (the seeds' ``<(search|answer)>(.*?)</\\1>`` rule); all
   blocks with that tag in the turn are handed to ``act`` together (a planner's tasks run concurrently).
 - ``answer`` ends the episode. No valid action → the role's invalid-action message is appended (masked),
@@ -21,7 +22,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from shared.agents.llm import Generator
+from shared.agents.llm import Generation, Generator, whole_tokens
 from shared.agents.tokenizer import TokenizerLike
 from shared.agents.trajectory import TokenTrajectory
 from shared.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
@@ -44,16 +45,21 @@ class Action:
 
 @dataclass(frozen=True)
 class Observation:
-    """What the environment appends: ``before + content + after``; only ``content`` is ever truncated."""
+    """What the environment appends: ``before + content + after``; only ``content`` is ever truncated.
+
+    ``tag`` names the wrapper of an observation (documents, results, ...); a message (invalid action, nudge)
+    has none. Rewards find observations by tag and never read messages.
+    """
 
     content: str
     before: str = ""
     after: str = ""
+    tag: str | None = None
 
     @classmethod
     def wrapped(cls, tag: str, content: str) -> Observation:
         before, after = OBSERVATION_WRAP[tag]
-        return cls(content=content, before=before, after=after)
+        return cls(content=content, before=before, after=after, tag=tag)
 
 
 def parse_tag_actions(text: str, tags: tuple[str, ...]) -> list[Action]:
@@ -96,19 +102,29 @@ class TurnOutcome:
     invalid_turns: int = 0
 
 
-def encode_observation(tok: TokenizerLike, obs: Observation, max_obs_tokens: int) -> tuple[list[int], str]:
+def encode_observation(tok: TokenizerLike, obs: Observation,
+                       max_obs_tokens: int) -> tuple[list[int], str, str]:
+    """``(ids, text, content)``: the wrapped observation's ids and text, and its (possibly truncated) content."""
     content_ids = tok.encode(obs.content)
     content = obs.content
     if len(content_ids) > max_obs_tokens:
         content_ids = content_ids[:max_obs_tokens]
         content = tok.decode(content_ids)
     ids = tok.encode(obs.before) + content_ids + tok.encode(obs.after)
-    return ids, obs.before + content + obs.after
+    return ids, obs.before + content + obs.after, content
 
 
 def append_observation(traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget) -> None:
-    ids, text = encode_observation(tok, obs, budget.max_obs_tokens)
-    traj.add_observation(ids, text)
+    ids, text, content = encode_observation(tok, obs, budget.max_obs_tokens)
+    traj.add_observation(ids, text, tag=obs.tag, content=content)
+
+
+async def _generate(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, stop: list[str],
+                    max_tokens: int) -> Generation:
+    """One turn sampled on the trajectory's exact ids and appended to it, its text covering its whole ids."""
+    gen = whole_tokens(await llm.generate(traj.next_prompt(), stop=stop, max_tokens=max_tokens), tok)
+    traj.add_generation(gen)
+    return gen
 
 
 async def run_turns(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec,
@@ -121,8 +137,7 @@ async def run_turns(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, s
         if room <= 0:
             traj.finish_reason = "length"
             return outcome
-        gen = await llm.generate(traj.next_prompt(), stop=spec.stop_strings, max_tokens=min(budget.max_tokens, room))
-        traj.add_generation(gen)
+        gen = await _generate(traj, llm, tok, spec.stop_strings, min(budget.max_tokens, room))
         actions = spec.actions_in(gen.text)
         if actions and actions[0].tag == "answer":
             outcome.answer = actions[0].content
@@ -149,9 +164,7 @@ async def _forced_final(traj: TokenTrajectory, llm: Generator, tok: TokenizerLik
     room = spec.budget.max_context_tokens - len(traj.ids)
     if room <= 0:
         return
-    gen = await llm.generate(traj.next_prompt(), stop=list(spec.final_stop),
-                             max_tokens=min(spec.budget.max_tokens, room))
-    traj.add_generation(gen)
+    gen = await _generate(traj, llm, tok, list(spec.final_stop), min(spec.budget.max_tokens, room))
     answers = parse_tag_actions(gen.text, ("answer",))
     if answers:
         outcome.answer = answers[0].content

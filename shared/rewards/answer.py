@@ -1,11 +1,16 @@
-"""Answer rewards: match scores of the final ``<answer>`` against the golds, and the CoDA affine mapping."""
+"""Answer rewards: match scores of the episode's answer against the golds, and the CoDA affine mapping.
+
+The answer is the one the agent parsed from the policy's own turn (``Episode.answer``), the same one eval
+scores. It is never re-extracted from the response text: that text holds the environment's messages too,
+which spell out ``<answer> and </answer>``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Literal
 
-from shared.answers import answer_scores, extract_answer
+from shared.answers import answer_scores
 from shared.rewards.result import RewardResult
 
 AnswerMetric = Literal["em", "sub_em", "cover_em", "f1"]
@@ -16,12 +21,11 @@ def affine_answer_reward(score: float, scale: float = 6.0, shift: float = -3.0) 
     return scale * score + shift
 
 
-def answer_reward(response: str, golds: str | Iterable[str], metric: AnswerMetric = "em") -> RewardResult:
-    """Score the last ``<answer>`` of ``response`` with ``metric`` (max over golds); 0 when there is none.
+def answer_reward(answer: str | None, golds: str | Iterable[str], metric: AnswerMetric = "em") -> RewardResult:
+    """Score the episode's ``answer`` with ``metric`` (max over golds); 0 when there is none (``None``).
 
     Components: ``em``, ``sub_em``, ``cover_em``, ``f1`` (all logged whatever the metric) and ``has_answer``.
     """
-    prediction = extract_answer(response)
-    scores = answer_scores(prediction, golds)
-    components = {**scores, "has_answer": float(prediction is not None)}
+    scores = answer_scores(answer, golds)
+    components = {**scores, "has_answer": float(answer is not None)}
     return RewardResult(reward=scores[metric], components=components)

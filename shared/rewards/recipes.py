@@ -1,17 +1,23 @@
 """One reward per recipe, composed from the reward modules. Each returns a ``RewardResult``.
 
 - ``coda_reward``: ``(6·F1 − 3) + w_fmt·(planner_fmt + mean executor_fmt) + w_ref·refine`` (R ∈ [−3, 3.3]).
-- ``search_r1_reward``: EM of the last ``<answer>``, optionally with Search-R1's structure-format shaping.
+- ``search_r1_reward``: EM of the answer, optionally with Search-R1's structure-format shaping.
 - ``recursive_reasoner_reward``: ``w_c·correct + w_t·efficiency + w_i·independence``; 0.1 on a parse failure.
 - ``tool_agent_reward``: MRR, answer similarity and the think-format fraction, weighted (the group-level
   combination schemes are in ``shared.rewards.combine``).
+
+Every input is what the policy sampled or what the environment returned for its actions, each from its own
+source: the answer the agent parsed (``Episode.answer``, the one eval scores), the policy's own turns
+(``TokenTrajectory.generated_text`` / ``action_text``) and the observations' contents. None is re-parsed
+from the whole response text, whose environment messages mention every tag (``<answer> and </answer>``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from shared.answers import answer_scores, as_gold_list, extract_all_tags, extract_answer, sub_exact_match
+from shared.answers import as_gold_list, sub_exact_match
 from shared.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
 from shared.rewards.efficiency import token_efficiency
 from shared.rewards.format import is_valid_sequence, role_format_score
@@ -19,50 +25,62 @@ from shared.rewards.result import RewardResult
 from shared.rewards.retrieval import information_reverse_rank, mrr, refine_score
 
 
-def coda_reward(planner_response: str, executor_responses: Sequence[str], golds: str | Iterable[str], *,
-                metric: AnswerMetric = "f1", format_weight: float = 0.1, refine_weight: float = 0.1,
-                answer_score: float | None = None) -> RewardResult:
+@dataclass(frozen=True)
+class ExecutorRun:
+    """What a CoDA reward reads of one executor: its own turns and the documents it was given."""
+
+    generated: str  # the executor's turns (``TokenTrajectory.generated_text``)
+    documents: Sequence[str] = ()  # contents of its ``<documents>`` observations, in order
+
+
+def coda_reward(answer: str | None, planner_generated: str, executors: Sequence[ExecutorRun],
+                golds: str | Iterable[str], *, metric: AnswerMetric = "f1", format_weight: float = 0.1,
+                refine_weight: float = 0.1, answer_score: float | None = None) -> RewardResult:
     """CoDA: ``R = (6·s − 3) + format_weight·(fmt_planner + mean_e fmt_executor_e) + refine_weight·refine``.
 
-    ``s`` is the ``metric`` score of the planner's last ``<answer>`` (0 when missing), or ``answer_score`` when
-    given (e.g. an LLM-judge score in [0, 1]). ``fmt`` is the graduated per-tag score with each role's own tag
-    list; the executor term is the mean over this planner's executors (0 with none). ``refine`` is 1 if any
-    executor's ``<refine>`` text covers a gold (cover-EM). The same R goes to the planner and its executors.
-    Components use the same names as ``answer_reward`` (``em``, ``f1``, ``sub_em``, ``cover_em``) so
-    consumers (RED accuracy, eval tables) read one key whatever the recipe.
+    ``s`` is the ``metric`` score of the planner's ``answer`` (0 when ``None``), or ``answer_score`` when
+    given (e.g. an LLM-judge score in [0, 1]). ``fmt`` is the graduated per-tag score of each role's own
+    turns with its own tag list; the executor term is the mean over this planner's executors (0 with none).
+    ``refine`` is 1 if any executor's ``<refine>`` text covers a gold (cover-EM). The same R goes to the
+    planner and its executors. Components use the same names as ``answer_reward`` (``em``, ``f1``,
+    ``sub_em``, ``cover_em``, ``has_answer``) so consumers (RED accuracy, eval tables) read one key whatever
+    the recipe.
     """
     golds = as_gold_list(golds)
-    scores = answer_scores(extract_answer(planner_response), golds)
+    scores = answer_reward(answer, golds).components
     s = scores[metric] if answer_score is None else float(answer_score)
-    planner_fmt = role_format_score(planner_response, "planner")
-    executor_fmt = (sum(role_format_score(r, "executor") for r in executor_responses) / len(executor_responses)
-                    if executor_responses else 0.0)
-    refine = max((refine_score(r, golds) for r in executor_responses), default=0.0)
+    planner_fmt = role_format_score(planner_generated, "planner")
+    executor_fmt = (sum(role_format_score(e.generated, "executor") for e in executors) / len(executors)
+                    if executors else 0.0)
+    refine = max((refine_score(e.generated, golds) for e in executors), default=0.0)
     answer_term = affine_answer_reward(s)
     reward = answer_term + format_weight * (planner_fmt + executor_fmt) + refine_weight * refine
-    info_rr = max((information_reverse_rank(r, golds) for r in executor_responses), default=0.0)
+    info_rr = max((information_reverse_rank(e.documents, golds) for e in executors), default=0.0)
     components = {
         "answer": s, "answer_term": answer_term, **scores,
         "planner_format": planner_fmt, "executor_format": executor_fmt, "refine": refine,
-        "information_reverse_rank": info_rr, "num_executors": float(len(executor_responses)),
+        "information_reverse_rank": info_rr, "num_executors": float(len(executors)),
     }
     return RewardResult(reward=reward, components=components)
 
 
-def search_r1_reward(response: str, golds: str | Iterable[str], *, metric: AnswerMetric = "em",
+def search_r1_reward(answer: str | None, golds: str | Iterable[str], *, action_text: str = "",
+                     information: Sequence[str] = (), metric: AnswerMetric = "em",
                      structure_format_score: float = 0.0, final_format_score: float = 0.0,
                      retrieval_score: float = 0.0) -> RewardResult:
-    """Search-R1: the ``metric`` score of the last ``<answer>`` (0 without one); with all shaping weights at 0
+    """Search-R1: the ``metric`` score of the ``answer`` (0 when ``None``); with all shaping weights at 0
     (the default) that is all.
 
-    With shaping (the seed's format variant; e.g. structure 0.2, final 0.1), ``valid`` = the strict sequence
-    validator, ``hit`` = a gold appears (sub-EM) in some ``<information>`` block:
+    ``valid`` = the strict sequence validator on ``action_text`` (the policy's turns with each observation
+    as an empty block, ``TokenTrajectory.action_text``); ``hit`` = a gold appears (sub-EM) in one of the
+    retrieved ``information`` contents. With shaping (the seed's format variant; e.g. structure 0.2,
+    final 0.1):
       correct & valid → s;  correct & invalid → s − structure;  wrong & valid → structure (+ retrieval if hit);
       wrong & invalid → final (0 when there is no answer at all).
     """
-    base = answer_reward(response, golds, metric)
-    valid = is_valid_sequence(response, "policy")
-    hit = any(sub_exact_match(block, golds) for block in extract_all_tags(response, "information"))
+    base = answer_reward(answer, golds, metric)
+    valid = is_valid_sequence(action_text, "policy")
+    hit = any(sub_exact_match(block, golds) for block in information)
     components = {**base.components, "valid_format": float(valid), "retrieval_hit": float(hit)}
     if structure_format_score == final_format_score == retrieval_score == 0.0:
         return RewardResult(reward=base.reward, components=components)

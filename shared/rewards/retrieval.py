@@ -16,22 +16,26 @@ from shared.answers import (
 _CHUNK_SUFFIX = re.compile(r"_chunk_\d+$")
 
 
-def refine_score(response: str, golds: str | Iterable[str]) -> float:
-    """``cover_em(" ".join(all <refine> contents), golds)``; 0.0 when the response has no ``<refine>``."""
-    refines = extract_all_tags(response, "refine")
+def refine_score(generated: str, golds: str | Iterable[str]) -> float:
+    """``cover_em(" ".join(all <refine> contents), golds)``; 0.0 without a ``<refine>``.
+
+    ``generated`` is the executor's own turns (``TokenTrajectory.generated_text``), not its documents.
+    """
+    refines = extract_all_tags(generated, "refine")
     return cover_exact_match(" ".join(refines), golds) if refines else 0.0
 
 
-def information_reverse_rank(response: str, golds: str | Iterable[str], tag: str = "documents",
+def information_reverse_rank(blocks: Sequence[str], golds: str | Iterable[str],
                              yes_no_value: float = 0.5) -> float:
-    """``Σ_idx 1/(idx+1) · cover_em(block_idx, golds)`` over the ``<tag>`` blocks of the response (idx from 0).
+    """``Σ_idx 1/(idx+1) · cover_em(block_idx, golds)`` over the retrieved blocks, in order (idx from 0).
 
+    ``blocks`` are the contents of the observations the retriever returned (``observations("documents")``),
+    not tag blocks parsed out of text, so a policy that writes its own ``<documents>`` earns nothing.
     Rewards finding the gold early and often. When every gold is yes/no/noanswer the documents cannot contain
     it, so the score is the constant ``yes_no_value``. (The seed scored prompt+response and skipped the first
-    block because the prompt mentions the tag; we score the response only, so nothing is skipped.)
+    block because the prompt mentions the tag.)
     """
     golds = as_gold_list(golds)
-    blocks = extract_all_tags(response, tag)
     if not blocks:
         return 0.0
     if golds and all(normalize_answer(g) in YES_NO_NOANSWER for g in golds):

@@ -257,7 +257,7 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
                 await asyncio.wait_for(barrier.wait(), 2)  # deadlocks (times out) if executors run one by one
                 text = f"<answer> {episode_part(prompt).strip() or prompt.split('Question: ')[-1][:7]} </answer>"
             ids = tok.encode(text)
-            return Generation(ids, [-0.5] * len(ids), text, "stop", "</answer>", 3)
+            return Generation(ids, [-0.5] * len(ids), text, "stop", text[text.rindex("</"):], 3)
 
     ctx, _ = make_ctx(scripted())
     ctx.policy = TwoTasks()

@@ -5,48 +5,66 @@ import pytest
 
 from shared.rewards.efficiency import length_penalty, think_format_fraction, token_efficiency
 from shared.rewards.planner_json import parse_planner_json, plan_subproblems
-from shared.rewards.recipes import coda_reward, recursive_reasoner_reward, search_r1_reward, tool_agent_reward
+from shared.rewards.recipes import (
+    ExecutorRun,
+    coda_reward,
+    recursive_reasoner_reward,
+    search_r1_reward,
+    tool_agent_reward,
+)
 from shared.rewards.similarity import answer_similarity, cosine, subproblem_independence
 
-PLANNER = "<think>p</think><task>who?</task><result>r</result><think>q</think><answer>Barack Obama Jr.</answer>"
-EXEC_FULL = "<think>a</think><search>q</search><documents>d</documents><refine>Barack Obama won</refine><answer>x</answer>"
-EXEC_HALF = "<think>a</think><answer>x</answer>"
+# What each role wrote itself (observations are not part of it) and what the environment gave it.
+PLANNER = "<think>p</think><task>who?</task><think>q</think><answer>Barack Obama Jr.</answer>"
+EXEC_FULL = ExecutorRun("<think>a</think><search>q</search><refine>Barack Obama won</refine><answer>x</answer>",
+                        documents=["d"])
+EXEC_HALF = ExecutorRun("<think>a</think><answer>x</answer>")
 
 
 def test_coda_reward_hand_computed():
-    r = coda_reward(PLANNER, [EXEC_FULL, EXEC_HALF], ["Barack Obama"])
+    r = coda_reward("Barack Obama Jr.", PLANNER, [EXEC_FULL, EXEC_HALF], ["Barack Obama"])
     # F1 0.8 -> 6·0.8−3 = 1.8; fmt planner 1, executors mean (1 + 0.5)/2 = 0.75; refine 1 (cover-EM)
     assert r.reward == pytest.approx(1.8 + 0.1 * (1 + 0.75) + 0.1 * 1)
-    assert r.components["f1"] == pytest.approx(0.8)
+    assert r.components["f1"] == pytest.approx(0.8) and r.components["has_answer"] == 1.0
     assert r.components["executor_format"] == pytest.approx(0.75)
     assert r.components["refine"] == 1.0 and r.components["num_executors"] == 2.0
 
 
 def test_coda_reward_bounds_and_override():
-    assert coda_reward("garbage", [], ["x"]).reward == -3.0
-    best = coda_reward(PLANNER.replace("Barack Obama Jr.", "x"), [EXEC_FULL.replace("Barack Obama", "x")], ["x"])
+    assert coda_reward(None, "garbage", [], ["x"]).reward == -3.0
+    best = coda_reward("x", PLANNER, [ExecutorRun(EXEC_FULL.generated.replace("Barack Obama", "x"))], ["x"])
     assert best.reward == pytest.approx(3.3)
-    judged = coda_reward(PLANNER, [], ["nothing"], answer_score=0.5, format_weight=0.0)
+    judged = coda_reward("Barack Obama Jr.", PLANNER, [], ["nothing"], answer_score=0.5, format_weight=0.0)
     assert judged.reward == 0.0
 
 
+def test_coda_information_reverse_rank_reads_the_retrieved_documents():
+    found = ExecutorRun("<think>a</think><search>q</search><refine>r</refine><answer>x</answer>",
+                        documents=["nothing", "Barack Obama was born in Hawaii"])
+    faked = ExecutorRun("<documents>Barack Obama</documents><answer>x</answer>")  # written by the policy
+    r = coda_reward("x", PLANNER, [found, faked], ["Barack Obama"])
+    assert r.components["information_reverse_rank"] == pytest.approx(1 / 2)
+    assert coda_reward("x", PLANNER, [faked], ["Barack Obama"]).components["information_reverse_rank"] == 0.0
+
+
 def test_search_r1_plain_em():
-    assert search_r1_reward("<think>t</think><answer>Paris</answer>", ["paris"]).reward == 1.0
-    assert search_r1_reward("<answer>Lyon</answer>", ["paris"]).reward == 0.0
-    assert search_r1_reward("no answer", ["paris"]).reward == 0.0
+    assert search_r1_reward("Paris", ["paris"]).reward == 1.0
+    assert search_r1_reward("Lyon", ["paris"]).reward == 0.0
+    assert search_r1_reward(None, ["paris"]).reward == 0.0
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("<think>t</think><answer>Paris</answer>", 1.0),  # correct & valid
-    ("<answer>Paris</answer>", 0.8),  # correct & invalid: 1 − 0.2
-    ("<think>t</think><search>q</search><information>Paris</information><think>u</think><answer>Lyon</answer>",
-     0.2 + 0.05),  # wrong & valid with a retrieval hit
-    ("<think>t</think><answer>Lyon</answer>", 0.2),  # wrong & valid
-    ("<answer>Lyon</answer>", 0.1),  # wrong & invalid
-    ("rambling", 0.0),  # no answer & invalid
+@pytest.mark.parametrize(("answer", "action_text", "information", "expected"), [
+    ("Paris", "<think>t</think><answer>Paris</answer>", [], 1.0),  # correct & valid
+    ("Paris", "<answer>Paris</answer>", [], 0.8),  # correct & invalid: 1 − 0.2
+    ("Lyon", "<think>t</think><search>q</search><information></information><think>u</think><answer>Lyon</answer>",
+     ["Paris is in France"], 0.2 + 0.05),  # wrong & valid with a retrieval hit
+    ("Lyon", "<think>t</think><answer>Lyon</answer>", [], 0.2),  # wrong & valid
+    ("Lyon", "<answer>Lyon</answer>", [], 0.1),  # wrong & invalid
+    (None, "rambling", [], 0.0),  # no answer & invalid
 ])
-def test_search_r1_format_shaping(text, expected):
-    r = search_r1_reward(text, ["Paris"], structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.05)
+def test_search_r1_format_shaping(answer, action_text, information, expected):
+    r = search_r1_reward(answer, ["Paris"], action_text=action_text, information=information,
+                         structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.05)
     assert r.reward == pytest.approx(expected)
 
 

@@ -19,10 +19,11 @@ def test_affine_mapping():
 
 
 def test_answer_reward_components():
-    r = answer_reward("<think>x</think><answer>Barack Obama Jr.</answer>", ["Barack Obama"], metric="f1")
+    r = answer_reward("Barack Obama Jr.", ["Barack Obama"], metric="f1")
     assert r.reward == pytest.approx(0.8)
     assert r.components["em"] == 0.0 and r.components["sub_em"] == 1.0 and r.components["has_answer"] == 1.0
-    assert answer_reward("no answer tag", ["x"]).reward == 0.0
+    none = answer_reward(None, ["x"])
+    assert none.reward == 0.0 and none.components["has_answer"] == 0.0
 
 
 def test_graduated_format_score_per_role():
@@ -75,10 +76,10 @@ def test_refine_score_cover_em():
 
 
 def test_information_reverse_rank():
-    text = "<documents>nothing</documents><documents>Paris is big</documents><documents>paris</documents>"
-    assert information_reverse_rank(text, ["Paris"]) == pytest.approx(1 / 2 + 1 / 3)
-    assert information_reverse_rank(text, ["yes"]) == 0.5
-    assert information_reverse_rank("", ["Paris"]) == 0.0
+    blocks = ["nothing", "Paris is big", "paris"]  # the retrieved documents, in order
+    assert information_reverse_rank(blocks, ["Paris"]) == pytest.approx(1 / 2 + 1 / 3)
+    assert information_reverse_rank(blocks, ["yes"]) == 0.5
+    assert information_reverse_rank([], ["Paris"]) == 0.0
 
 
 def test_mrr():

@@ -20,15 +20,15 @@ from services.trainer.rl.objective import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig, ppo_token_loss
 from shared.advantages import group_advantages
 from shared.answers import extract_answer
-from shared.rewards.recipes import coda_reward, recursive_reasoner_reward
+from shared.rewards.recipes import ExecutorRun, coda_reward, recursive_reasoner_reward
 
 
 def test_coda_answer_term_is_six_f1_minus_three_and_format_is_planner_plus_executor():
     # H.2: the README said "F1" and "format +0.1"; the code (which we match, documented) is 6·F1−3 and
     # 0.1·(planner_fmt + executor_fmt), i.e. up to +0.2.
     planner = "<think>a</think><answer>x y</answer>"  # F1 vs "x" = 2·0.5·1/1.5 = 2/3; planner fmt 2/3
-    executor = "<think>a</think><search>q</search><documents>d</documents><refine>r</refine><answer>z</answer>"
-    r = coda_reward(planner, [executor], ["x"])
+    executor = "<think>a</think><search>q</search><refine>r</refine><answer>z</answer>"
+    r = coda_reward("x y", planner, [ExecutorRun(executor, ["d"])], ["x"])
     assert r.components["answer_term"] == pytest.approx(6 * (2 / 3) - 3)
     assert r.reward == pytest.approx(1.0 + 0.1 * (2 / 3 + 1.0))
 

@@ -10,11 +10,14 @@ import pytest
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
 from services.rollout.scoring import answer_metrics, build_group, combine_group, score_episode
+from shared.agents import run_episode
 from shared.agents.context import Episode
 from shared.agents.llm import Generation
 from shared.agents.trajectory import TokenTrajectory
 from shared.datasets import PromptRecord
+from shared.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
 from shared.rewards.result import RewardResult
+from tests.unit.agents.helpers import make_ctx, scripted
 
 RECORD = PromptRecord(prompt_id="p", question="q", golden_answers=["Paris"], data_source="nq")
 
@@ -54,3 +57,67 @@ def test_answer_metrics_for_eval():
     assert answer_metrics("search-r1", RECORD, None)["f1"] == 0.0
     math_record = PromptRecord(prompt_id="m", question="2+2?", golden_answers=["4"])
     assert answer_metrics("recursive-reasoner", math_record, "4.0")["numeric"] == 1.0
+
+
+# ---------------------------------------------------------------- rewards read only what the policy sampled
+# Environment text (invalid-action messages, the final-answer nudge, observations) mentions the tags; it
+# must never count as the policy's answer, tags or retrievals.
+
+TOM = PromptRecord(prompt_id="t", question="Who are the cat and the mouse?", golden_answers=["Tom and Jerry"])
+
+
+async def test_search_r1_episode_without_an_answer_scores_zero():
+    # Three invalid turns, then a forced final turn that ends with EOS: every <answer> in the text is the
+    # environment's ("... between <answer> and </answer> ...").
+    ctx, _ = make_ctx(scripted("I ramble </search>", "still </search>", "more </search>", "no idea"))
+    episode = await run_episode("search-r1", ctx, TOM)
+    text = episode.main.response_text
+    assert INVALID_SEARCH_ACTION in text and FINAL_ANSWER_NUDGE in text and "<answer> and </answer>" in text
+    assert episode.answer is None
+    for metric in ("em", "f1"):
+        settings = RolloutSettings.load(agent="search-r1", answer_metric=metric)
+        reward = score_episode(settings, TOM, episode, hashing_embed)
+        assert reward.reward == 0.0
+        assert reward.components["has_answer"] == 0.0 and reward.components["f1"] == 0.0
+        assert reward.components["valid_format"] == 0.0
+    # training and eval score the same answer
+    assert {k: reward.components[k] for k in ("em", "f1")} == {
+        k: v for k, v in answer_metrics("search-r1", TOM, episode.answer).items() if k in ("em", "f1")}
+
+
+async def test_coda_planner_format_counts_only_its_own_tags():
+    # The planner writes <think> but never a task or an answer; the environment's invalid-action message
+    # and nudge mention <task> and <answer> — they must not earn format credit or an "and" answer.
+    ctx, _ = make_ctx(scripted("<think>hmm</think> </task>", "<think>hm</think> </task>",
+                               "<think>h</think> </task>", "I give up"))
+    episode = await run_episode("coda", ctx, TOM)
+    assert INVALID_PLANNER_ACTION in episode.main.response_text and episode.answer is None
+    reward = score_episode(RolloutSettings.load(agent="coda"), TOM, episode, hashing_embed)
+    assert reward.components["f1"] == 0.0 and reward.components["has_answer"] == 0.0
+    assert reward.components["planner_format"] == pytest.approx(1 / 3)  # <think> only
+    assert reward.reward == pytest.approx(-3 + 0.1 * (1 / 3))
+
+
+async def test_retrieval_hit_comes_from_the_retriever_not_the_policy():
+    # The policy writes its own <information> block holding the gold; the retriever never returned it.
+    ctx, _ = make_ctx(scripted(
+        "<think>t</think><information>Tom and Jerry</information><search> cartoon </search>",
+        "<think>u</think><answer> Tom </answer>"))
+    episode = await run_episode("search-r1", ctx, TOM)
+    settings = RolloutSettings.load(agent="search-r1", answer_metric="f1")
+    reward = score_episode(settings, TOM, episode, hashing_embed)
+    assert reward.components["retrieval_hit"] == 0.0
+    assert reward.components["f1"] == pytest.approx(0.5) and reward.components["has_answer"] == 1.0
+
+
+async def test_format_validity_is_decided_by_the_policy_turns():
+    # Three searches use up the budget; the environment's nudge sits between the last <information> and the
+    # forced answer. The policy's own sequence is think → (search → information → think)* → answer: valid.
+    ctx, _ = make_ctx(scripted("<think>a</think><search> q </search>", "<think>b</think><search> r </search>",
+                               "<think>c</think><search> s </search>",
+                               "<think>d</think><answer> Tom and Jerry </answer>"))
+    episode = await run_episode("search-r1", ctx, TOM)
+    assert FINAL_ANSWER_NUDGE in episode.main.response_text and episode.main.finish_reason == "budget"
+    reward = score_episode(RolloutSettings.load(agent="search-r1"), TOM, episode, hashing_embed)
+    assert reward.components["valid_format"] == 1.0 and reward.reward == 1.0
+    assert len(episode.main.observations("information")) == 3
