@@ -4,14 +4,17 @@ Delivery is at-least-once. A consumer that dies before ``ack`` leaves its entrie
 the same name it gets them again (after a start, ``read`` serves each of its own pending entries once, before
 new ones; entries it reads and has not acked yet are not served twice within one run), and another
 consumer can ``claim`` them once they have been idle long enough. A message that does not decode or validate
-is moved to the dead-letter stream ``<stream>:dead`` with the reason, then acknowledged: it never crashes the
-consumer and is never dropped silently.
+(nor pass the consumer's own ``check``, e.g. token ids within its model's vocabulary) is moved to the
+dead-letter stream ``<stream>:dead`` with the reason, then acknowledged: it never crashes the consumer and is
+never dropped silently. A read that fails (Redis gone or timing out) may have delivered entries whose reply
+was lost; the next read serves them from the pending list.
 
 Messages are msgpack-encoded pydantic models under the field ``data``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -66,10 +69,15 @@ class QueueStats:
 
 
 class StreamQueue(Generic[M]):
-    """One stream of ``model`` messages, optionally consumed as ``consumer`` of consumer group ``group``."""
+    """One stream of ``model`` messages, optionally consumed as ``consumer`` of consumer group ``group``.
+
+    ``check`` (optional) raises ``ValueError`` for a message that validates but that this consumer cannot
+    process; such a message is dead-lettered like a malformed one.
+    """
 
     def __init__(self, client: redis.Redis, stream: str, model: type[M], *, group: str | None = None,
-                 consumer: str | None = None, maxlen: int | None = 100_000, approximate: bool = True) -> None:
+                 consumer: str | None = None, maxlen: int | None = 100_000, approximate: bool = True,
+                 check: Callable[[M], None] | None = None) -> None:
         self.r = client
         self.stream = stream
         self.dead_stream = f"{stream}:dead"
@@ -78,8 +86,9 @@ class StreamQueue(Generic[M]):
         self.consumer = consumer
         self.maxlen = maxlen
         self.approximate = approximate
+        self.check = check
         self._recovering = True  # serve this consumer's own pending entries first after (re)start …
-        self._cursor = "0"  # … each once: the pending list is walked forward from this id
+        self._cursor = "0"  # … each once: the pending list is walked forward from this id (the last one served)
 
     # ---------------------------------------------------------------- producing
     def publish(self, message: M) -> str:
@@ -106,15 +115,25 @@ class StreamQueue(Generic[M]):
         stream and are not returned.
         """
         self._require_consumer()
-        while self._recovering:
-            entries, last = self._read_group(self._cursor, count, None)
-            if last is None:
-                self._recovering = False
-                break
+        try:
+            while self._recovering:
+                entries, last = self._read_group(self._cursor, count, None)
+                if last is None:
+                    self._recovering = False
+                    break
+                self._cursor = last
+                if entries:
+                    return entries
+            entries, last = self._read_group(">", count, block_ms)
+        except redis.RedisError:
+            # Redis may have delivered entries before the failure (a timeout, a dropped connection): they are
+            # pending for us now and no ">" read serves them again. Ids only grow, so they are exactly the
+            # pending ones after the last entry served: walk the pending list from there on the next read.
+            self._recovering = True
+            raise
+        if last is not None:
             self._cursor = last
-            if entries:
-                return entries
-        return self._read_group(">", count, block_ms)[0]
+        return entries
 
     def ack(self, *entry_ids: str) -> int:
         """Acknowledge processed entries; they leave the pending list for good."""
@@ -191,7 +210,10 @@ class StreamQueue(Generic[M]):
             if not fields:
                 continue
             try:
-                out.append(Entry(entry_id, decode(self.model, fields)))
+                message = decode(self.model, fields)
+                if self.check is not None:
+                    self.check(message)
+                out.append(Entry(entry_id, message))
             except ValueError as exc:
                 self._dead_letter(entry_id, fields, str(exc))
         return out

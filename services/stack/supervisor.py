@@ -2,7 +2,8 @@
 
 Every child runs in its own process group with its output in a log file; when one dies unexpectedly the
 supervisor stops the rest and reports the tail of that log. Ctrl-C, SIGTERM and normal exit all stop the
-children (SIGTERM, then SIGKILL after a grace period), newest first.
+children (SIGTERM, then SIGKILL after a grace period), newest first. The grace is per service: the trainer
+writes a checkpoint when told to stop, which for a real model takes far longer than a web server's exit.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Service:
     health_url: str | None = None  # polled until 200; None: ready once started
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
+    stop_grace_s: float | None = None  # SIGTERM → SIGKILL; None: the supervisor's default
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
@@ -44,6 +46,8 @@ class Service:
 
 class Supervisor:
     """Owns a set of child processes; use as a context manager so they are always stopped."""
+
+    WAIT_LOG_S = 10.0  # while a service takes its time to stop, say so this often
 
     def __init__(self, log_dir: str | Path, grace_s: float = 15.0) -> None:
         self.log_dir = Path(log_dir)
@@ -123,12 +127,22 @@ class Supervisor:
         proc = service.proc
         if proc is None or proc.poll() is not None:
             return
-        log.info("stopping service", extra={"service": service.name})
+        grace = self.grace_s if service.stop_grace_s is None else service.stop_grace_s
+        log.info("stopping service", extra={"service": service.name, "grace_s": grace})
+        start = time.monotonic()
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=self.grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning("service ignored SIGTERM, killing", extra={"service": service.name})
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(start + grace - time.monotonic(), self.WAIT_LOG_S)))
+                    return
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= start + grace:
+                        break
+                    log.info("waiting for service to stop", extra={
+                        "service": service.name, "waited_s": round(time.monotonic() - start), "grace_s": grace})
+            log.warning("service did not stop within its grace, killing", extra={"service": service.name,
+                                                                                 "grace_s": grace})
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         except ProcessLookupError:

@@ -38,23 +38,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def train(args: argparse.Namespace) -> int:
-    from shared.log import configure_logging
+    from shared.log import configure_logging, get_logger
 
     configure_logging()
     settings = TrainerSettings.from_args(args)
     from services.trainer.app import build_app, serve_in_thread
     from services.trainer.loop import Trainer
+    from shared.outage import DependencyDown
 
     holder: dict = {}
     app, registry = build_app(lambda: holder.get("trainer"))
-    trainer = Trainer(settings, registry)
-    holder["trainer"] = trainer
     stop = threading.Event()
+    trainer = Trainer(settings, registry, stop)
+    holder["trainer"] = trainer
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     if settings.port and os.environ.get("RANK", "0") == "0":  # /health answers 503 until setup is done
         serve_in_thread(app, settings.host, settings.port)
-    trainer.setup()
+    try:
+        trainer.setup()
+    except DependencyDown:
+        if not stop.is_set():
+            raise
+        # Told to stop while waiting for Redis or the server at start-up: nothing was trained, nothing is lost.
+        get_logger(__name__).warning("stopped while waiting for a dependency at start-up")
+        return 0
     state = trainer.run(stop)
     print(f"trained {state.step} steps, policy version {state.version}")
     return 0

@@ -3,15 +3,22 @@
 Reading follows the stream's at-least-once contract. After a restart the consumer first gets its own
 unacknowledged entries again; the ones the resumed checkpoint already contains (``TrainState.covered``)
 are acknowledged on the spot and not trained twice, the others are trained again.
+
+A group the model cannot train on although it validates (``group_check``: a token id outside the
+vocabulary would crash the embedding on every restart) is dead-lettered at read time. Redis outages are
+waited out (``shared.outage``); a stop cuts the wait short and ``collect`` returns what it has.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from services.trainer.packing import TrainSeq
 from shared.log import get_logger
+from shared.outage import DependencyDown, Patience
 from shared.protocol import Sample, TrajectoryGroup
 from shared.stream import Entry, StreamQueue
 
@@ -26,19 +33,25 @@ class GroupReader:
     here; later reads take new entries.
     """
 
-    def __init__(self, queue: StreamQueue[TrajectoryGroup], covered: list[str], block_ms: int = 1000) -> None:
+    def __init__(self, queue: StreamQueue[TrajectoryGroup], covered: list[str], block_ms: int = 1000,
+                 check: Callable[[TrajectoryGroup], None] | None = None, patience: Patience | None = None) -> None:
+        """``check`` raises ``ValueError`` for a group to dead-letter (installed on ``queue``)."""
         self.queue = queue
         self.block_ms = block_ms
-        self.queue.ensure_group()
+        self.patience = patience or Patience()
+        if check is not None:
+            queue.check = check  # before the backlog is read: a pending bad group must not crash a restart
+        wait = self.patience.call
+        wait("redis", self.queue.ensure_group)
         # The trainer is the group's only consumer: entries another consumer name left pending (a renamed or
         # replaced trainer) become ours, so they are trained (or acked, if covered) instead of stuck.
-        self.queue.claim(min_idle_ms=0, count=1_000_000)
-        pending = self.queue.pending_ids(self.queue.consumer)
-        backlog = self.queue.read(count=len(pending)) if pending else []
+        wait("redis", self.queue.claim, min_idle_ms=0, count=1_000_000)
+        pending = wait("redis", self.queue.pending_ids, self.queue.consumer)
+        backlog = wait("redis", self.queue.read, count=len(pending)) if pending else []
         done = [e.id for e in backlog if e.id in set(covered)]
         if done:
             log.info("acknowledging groups the checkpoint already contains", extra={"count": len(done)})
-            self.queue.ack(*done)
+            wait("redis", self.queue.ack, *done)
         self.backlog = deque(e for e in backlog if e.id not in set(done))
         if self.backlog:
             log.info("retraining groups whose effect was not checkpointed", extra={"count": len(self.backlog)})
@@ -49,8 +62,34 @@ class GroupReader:
         while self.backlog and len(got) < n:
             got.append(self.backlog.popleft())
         while len(got) < n and not (stop and stop.is_set()):
-            got += self.queue.read(count=n - len(got), block_ms=self.block_ms)
+            try:
+                got += self.patience.call("redis", self.queue.read, count=n - len(got), block_ms=self.block_ms)
+            except DependencyDown:
+                if not (stop and stop.is_set()):
+                    raise
+                log.warning("stopping while Redis is down", extra={"groups_in_hand": len(got)})
         return got
+
+
+def group_check(vocab_size: int) -> Callable[[TrajectoryGroup], None]:
+    """A check that raises ``ValueError`` for a group this model cannot train on, though it validates.
+
+    Cheap invariants the schema cannot know (it checks lengths and masks): token ids inside the embedding
+    table, and finite logprobs and rewards (one NaN would turn the weights into NaN).
+    """
+
+    def check(group: TrajectoryGroup) -> None:
+        for s in group.samples:
+            bad = [t for t in s.token_ids if not 0 <= t < vocab_size]
+            if bad:
+                raise ValueError(f"sample {s.sample_id}: token id {bad[0]} outside the model's vocabulary "
+                                 f"of {vocab_size}")
+            if not all(map(math.isfinite, s.logprobs)):
+                raise ValueError(f"sample {s.sample_id}: non-finite logprob")
+            if not all(map(math.isfinite, [s.reward, *s.reward_components.values()])):
+                raise ValueError(f"sample {s.sample_id}: non-finite reward")
+
+    return check
 
 
 def sample_lag(sample: Sample, version: int) -> int:

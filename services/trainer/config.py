@@ -112,6 +112,9 @@ class TrainerSettings(ServiceSettings):
     admission_key: str = Field("policy:admission",
                                description="Redis key of the admission mark: groups taken, for the rollout's gate")
     published_key: str = Field("rollout:published", description="The rollout's counter of published groups")
+    dependency_timeout_s: float = Field(
+        600, gt=0, description="Redis or the inference server unreachable this long (retried with backoff "
+                               "meanwhile) ends the trainer; shorter outages are waited out")
 
     # ---------------------------------------------------------------- observability
     host: str = Field("127.0.0.1", description="Bind address of /health and /metrics")

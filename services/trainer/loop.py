@@ -13,6 +13,10 @@ A crash before 2 loses the step's effect and its groups are still pending: they 
 between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
 
 Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks.
+Their outages are waited out (``shared.outage``: retries with backoff, logged); only one that outlasts
+``dependency_timeout_s`` ends the run. Stopping needs neither: the checkpoint is written first, the ack is
+tried briefly and otherwise left to the next start (the checkpoint's ``covered`` list), and a publish that
+cannot finish is redone by the next start's ``_sync_server``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint, faults
-from services.trainer.batches import GroupReader, to_sequences
+from services.trainer.batches import GroupReader, group_check, to_sequences
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
 from services.trainer.objective import Objective, finish
@@ -38,6 +42,7 @@ from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_s
 from shared.admission import consumed_groups
 from shared.advantages import trajectory_advantages
 from shared.log import get_logger
+from shared.outage import DependencyDown, Patience, Patient
 from shared.protocol import TrajectoryGroup
 from shared.stream import Entry, StreamQueue
 
@@ -47,9 +52,12 @@ log = get_logger(__name__)
 class Trainer:
     """Owns the engine, the stream consumer, the publisher and the observer of one training run."""
 
-    def __init__(self, settings: TrainerSettings, registry=None) -> None:
+    def __init__(self, settings: TrainerSettings, registry=None, stop: threading.Event | None = None) -> None:
+        """``stop`` (set on SIGTERM) also cuts short any wait for a dependency, start-up included."""
         self.s = settings
         self.registry = registry
+        self.stop = stop or threading.Event()
+        self.patience = Patience(settings.dependency_timeout_s, self.stop)
         self.unacked: list[str] = []
         self.last_publish = None
         self.sync_diff: float | None = None
@@ -77,11 +85,18 @@ class Trainer:
             import redis
 
             from shared.inference_client import SyncInferenceClient
+            from shared.retry import RetryPolicy
 
-            self.redis = redis.Redis.from_url(s.redis_url)
-            self.queue = StreamQueue(self.redis, s.stream, TrajectoryGroup, group=s.consumer_group,
-                                     consumer=s.consumer)
-            client = SyncInferenceClient(s.inference_url) if s.inference_url else None
+            # redis-py's 5 s socket timeout, on top of a blocking read's own wait (else every long read times out).
+            raw = redis.Redis.from_url(s.redis_url, socket_timeout=s.read_block_ms / 1000 + 5)
+            self.patience.call("redis", raw.ping)  # start-up waits for Redis (still starting, a DNS hiccup)
+            # Idempotent calls wait out outages in the client; the stream read needs more (see GroupReader).
+            self.redis = Patient(raw, self.patience, "redis")
+            self.queue = StreamQueue(raw, s.stream, TrajectoryGroup, group=s.consumer_group, consumer=s.consumer)
+            # One try per call: Patience retries outages (one warning each); the client's own retries would
+            # only add a warning per failed try.
+            client = (Patient(SyncInferenceClient(s.inference_url, retry=RetryPolicy(attempts=1)), self.patience,
+                              "inference server") if s.inference_url else None)
             self.observer = Observer(self.registry, s.log_dir, s.plot_every, s.wandb_project, s.wandb_mode,
                                      config=s.model_dump(mode="json"))
         self.client = client
@@ -93,7 +108,9 @@ class Trainer:
             self.state = checkpoint.load(self.eng.engine, path, self.eng.rank)
             self.red = REDState.from_dict(self.state.red) if self.state.red else REDState()
         if self.rank0:
-            self.reader = GroupReader(self.queue, self.state.covered, s.read_block_ms)
+            vocab = self.eng.lm.get_input_embeddings().num_embeddings
+            self.reader = GroupReader(self.queue, self.state.covered, s.read_block_ms, check=group_check(vocab),
+                                      patience=self.patience)
         self._sync_server()
         self.ready.set()
 
@@ -112,13 +129,23 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event | None = None) -> checkpoint.TrainState:
-        stop = stop or threading.Event()
-        s = self.s
+        if stop is not None:
+            self.stop = self.patience.stop = stop
+        stop, s = self.stop, self.s
         while not stop.is_set() and (s.max_steps == 0 or self.state.step < s.max_steps):
             entries = self._broadcast(self.reader.collect(s.groups_per_step, stop) if self.rank0 else None)
             if len(entries) < s.groups_per_step:
                 break  # stopping
-            self._train_on(entries)
+            try:
+                self._train_on(entries)
+            except DependencyDown:
+                if not stop.is_set():
+                    raise
+                # Only after the step's state is complete does a step talk to Redis or the server (mark,
+                # publish, stats): the checkpoint below keeps the step, the next start publishes it.
+                log.warning("stopping while a dependency is down: the step's publishing is left to the next start",
+                            extra={"step": self.state.step, "version": self.state.version})
+                break
         if self.unacked:  # stopping between checkpoints: make the trained groups durable, then ack them
             self._checkpoint()
         if self.rank0:
@@ -194,7 +221,14 @@ class Trainer:
                         self.eng.rank, self.eng.world)
         faults.point("before_ack")
         if self.rank0 and self.unacked:
-            self.queue.ack(*self.unacked)
+            try:
+                self.patience.call("redis", self.queue.ack, *self.unacked)
+            except DependencyDown:
+                if not self.stop.is_set():
+                    raise
+                # Safe to skip: the checkpoint just written lists them as covered, and the next start acks them.
+                log.warning("stopping with Redis down: groups not acknowledged, the next start acknowledges them",
+                            extra={"count": len(self.unacked)})
         self.unacked = []
         faults.point("before_publish")
 
@@ -227,7 +261,7 @@ class Trainer:
             for smp in g.samples:
                 for k, v in smp.reward_components.items():
                     components.setdefault(f"reward/{k}", []).append(v)
-        stats = self.queue.stats()
+        stats = self.patience.call("redis", self.queue.stats)
         lags = [max(0, self.state.version - g.policy_version) for g in groups]
         rec = {**finish(out), **red, **{k: float(np.mean(v)) for k, v in components.items()}}
         rec.update(step=self.state.step, version=self.state.version, step_seconds=seconds,

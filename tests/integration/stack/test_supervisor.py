@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
+import time
 
 import pytest
 
@@ -52,3 +55,28 @@ def test_unhealthy_service_times_out(tmp_path):
                           health_url=f"http://127.0.0.1:{free_port()}/health", startup_timeout_s=1.5)
         with pytest.raises(ServiceFailed, match="not healthy within"):
             sup.start(sleeper)
+
+
+SLOW_TO_STOP = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (time.sleep(3), sys.exit(0)))  # like a trainer writing its checkpoint
+print('ready', flush=True)
+time.sleep(60)
+"""
+
+
+def test_each_service_gets_its_own_grace_and_the_wait_is_logged(tmp_path, caplog):
+    with Supervisor(tmp_path / "logs", grace_s=1.0) as sup:
+        sup.WAIT_LOG_S = 1.0
+        patient = sup.start(Service("trainer", [sys.executable, "-c", SLOW_TO_STOP], stop_grace_s=30))
+        hasty = sup.start(Service("other", [sys.executable, "-c", SLOW_TO_STOP]))
+        deadline = time.monotonic() + 30
+        while "ready" not in patient.tail() or "ready" not in hasty.tail():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with caplog.at_level(logging.INFO, logger="services.stack.supervisor"):
+            sup.stop_all()
+    assert patient.proc.returncode == 0  # given the time it needed, not killed
+    assert hasty.proc.returncode == -signal.SIGKILL  # the default grace (1 s) is shorter than its 3 s
+    waits = [r for r in caplog.records if r.getMessage() == "waiting for service to stop"]
+    assert waits and all(r.service == "trainer" for r in waits)

@@ -76,11 +76,12 @@ def optimizer_steps(root: Path) -> tuple[int, int]:
     return int(states["global_steps"]), int(next(iter(adam.values()))["step"])
 
 
-def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
-    """The real CPU inference server on a free port, serving ``model`` as ``policy``."""
+def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = (),
+                 port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """The real CPU inference server on ``port`` (default: a free one), serving ``model`` as ``policy``."""
     from shared.redis_server import free_port
 
-    port = free_port()
+    port = port or free_port()
     # WARNING level: quieter test logs.
     env = {**trainer_env(), "CODA_LOG_LEVEL": "WARNING"}
     with open(weights_root / "server.log", "ab") as fh:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.batches import sample_lag, to_sequences
+from services.trainer.batches import group_check, sample_lag, to_sequences
 from shared.advantages import trajectory_advantages
 from tests.factories import make_group, make_sample
 
@@ -37,3 +37,24 @@ def test_sample_without_trained_tokens_is_skipped():
     seqs, _ = to_sequences([g], adv, version=2, max_staleness=0, policy="drop")
     assert [len(s.tokens) for s in seqs] == [7]
     assert sample_lag(g.samples[0], 9) == 0
+
+
+def test_group_check_refuses_what_the_model_cannot_train_on():
+    check = group_check(vocab_size=17)  # make_sample's token ids are 10..16
+    check(make_group())
+    oov = make_group()
+    oov.samples[1].token_ids[2] = 17
+    with pytest.raises(ValueError, match="token id 17 outside the model's vocabulary of 17"):
+        check(oov)
+    negative = make_group()
+    negative.samples[0].token_ids[0] = -1
+    with pytest.raises(ValueError, match="token id -1"):
+        check(negative)
+    nan = make_group()
+    nan.samples[0].logprobs[-1] = float("nan")
+    with pytest.raises(ValueError, match="non-finite logprob"):
+        check(nan)
+    inf = make_group()
+    inf.samples[0].reward_components["f1"] = float("inf")
+    with pytest.raises(ValueError, match="non-finite reward"):
+        check(inf)
