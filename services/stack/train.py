@@ -6,20 +6,24 @@
 4. rollout + trainer until the trainer reaches ``max_steps``, with a progress line every few seconds;
 5. the same greedy eval on the trained weights, and a summary table of both evals side by side.
 
+Steps 1–3 are ``prepare_all``, which compose's one-shot ``prepare`` job runs too (``python -m services.stack
+prepare``, see services/stack/prepare.py): one description of the pipeline for both.
+
 Every service reads the same recipe (``CODA_RECIPE``); this runner only overrides what depends on the run:
 ports (free ones, so a second stack does not collide), URLs and the run folder's paths.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.stack import prepare as steps
 from services.stack.config import StackSettings
+from services.stack.prepare import Layout
 from services.stack.report import EvalResult, read_eval, render_summary, training_progress
 from services.stack.supervisor import Service, Supervisor
 from services.stack.vllm import SERVE_COMMAND, serve_env
@@ -48,8 +52,10 @@ class Ports:
 class LocalStack:
     """One run of a recipe with every service as a local process."""
 
-    def __init__(self, recipe: str, settings: StackSettings, say: Callable[[str], None] = log.info) -> None:
-        """``say`` receives the progress lines (the command prints them for the person at the terminal)."""
+    def __init__(self, recipe: str, settings: StackSettings, say: Callable[[str], None] = log.info,
+                 layout: Layout | None = None) -> None:
+        """``say`` receives the progress lines (the command prints them for the person at the terminal);
+        ``layout`` says where the model, index, demonstrations and evals go (default: inside the run folder)."""
         self.say = say
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
@@ -57,13 +63,14 @@ class LocalStack:
         self.max_steps = read_recipe(recipe).get("trainer", {}).get("max_steps", 0)
         self.run = Path(settings.run_root) / time.strftime("%Y%m%d-%H%M%S")
         self.run.mkdir(parents=True, exist_ok=True)
+        self.layout = layout or Layout.for_run(self.run, settings)
         self.ports = Ports.free()
         self.started = time.time()
 
     # ---------------------------------------------------------------- paths and env
     @property
     def model_dir(self) -> Path:
-        return self.run / "model"
+        return self.layout.model
 
     def url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"
@@ -75,7 +82,7 @@ class LocalStack:
         redis_url = f"redis://127.0.0.1:{p.redis}/0"
         return {
             "CODA_RECIPE": recipe or self.recipe,
-            "CODA_RETRIEVER_INDEX_DIR": str(run / "index"), "CODA_RETRIEVER_PORT": str(p.retriever),
+            "CODA_RETRIEVER_INDEX_DIR": str(self.layout.index), "CODA_RETRIEVER_PORT": str(p.retriever),
             "CODA_RETRIEVER_HOST": "127.0.0.1",
             "CODA_INFERENCE_MODEL": str(self.model_dir), "CODA_INFERENCE_PORT": str(p.inference),
             "CODA_INFERENCE_WEIGHTS_ROOT": str(run.resolve()),
@@ -106,31 +113,59 @@ class LocalStack:
         sup.stop(service)
         self.say(f"{name} done in {time.time() - started:.0f}s")
 
-    def prepare(self, sup: Supervisor) -> None:
-        s = self.settings
+    def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
+        """Everything before training: model, index, servers, demonstrations, step-0 eval; returns the
+        demonstrations file and the step-0 eval. ``make train`` (``serving``: Redis and the servers stay up for
+        training) and compose's ``prepare`` job (only the servers a missing step needs, stopped afterwards)."""
+        L = self.layout
         self.say(f"run folder: {self.run}")
-        prompts = self.run / "prompt_text.txt"
-        prompts.write_text(prompt_text())
-        tiny = ["services.inference", "make-tiny", "--out", str(self.model_dir), "--size", s.model_size,
-                "--seed", str(s.model_seed), "--vocab-size", str(s.vocab_size), "--max-len", str(s.max_context),
-                "--text", s.corpus, s.train_qa, str(prompts)]
-        if s.entity_tokens:
-            titles = self.run / "entity_tokens.txt"
-            rows = Path(s.corpus).read_text().splitlines()
-            titles.write_text("".join(_title(json.loads(line)) + "\n" for line in rows if line.strip()))
-            tiny += ["--extra-tokens", str(titles)]
-        self.job(sup, "make-tiny", tiny)
-        self.job(sup, "index", ["services.retriever", "build", "--corpus", s.corpus, "--out", str(self.run / "index")])
+        self.prepare(sup)
+        need_eval = L.tiny and not steps.has_eval(L, "step0")
+        need_sft = not steps.has_sft(L)
+        if serving or need_sft or need_eval:
+            self.start_servers(sup, redis=serving, inference=serving or need_eval)
+        sft = self.make_sft(sup)
+        if need_eval:
+            before = self.evaluate(sup, "step0")
+        elif steps.has_eval(L, "step0"):
+            before = read_eval(L.evals / "step0")
+            self.say(f"step-0 eval already there: {before.path}")
+        else:
+            before = None
+        return sft, before
 
-    def start_servers(self, sup: Supervisor, searcher: bool | None = None) -> None:
+    def prepare(self, sup: Supervisor) -> None:
+        """The tiny model and the index, unless they are there."""
+        s, L = self.settings, self.layout
+        if not L.tiny:
+            self.say(f"model {L.model}: not a local folder, nothing to build")
+        elif steps.has_model(L):
+            self.say(f"model {L.model} exists")
+        else:
+            prompts = self.run / "prompt_text.txt"
+            prompts.write_text(prompt_text())
+            titles = None
+            if s.entity_tokens:
+                titles = self.run / "entity_tokens.txt"
+                titles.write_text(steps.entity_titles(L.corpus))
+            self.job(sup, "make-tiny", steps.tiny_model_args(s, L.model, [L.corpus, s.train_qa, str(prompts)], titles))
+        if steps.has_index(L):
+            self.say(f"index {L.index} exists")
+        else:
+            self.job(sup, "index", steps.index_args(L))
+
+    def start_servers(self, sup: Supervisor, searcher: bool | None = None, *, redis: bool = True,
+                      inference: bool = True) -> None:
         """Redis, retriever, inference, and the searcher when the agent needs it (or ``searcher=True``)."""
         p = self.ports
-        sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
-                                         str(self.run / "redis")]))
+        if redis:
+            sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
+                                             str(self.run / "redis")]))
         sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
-        sup.start(self.inference_service())
-        if searcher or (searcher is None and self.agent == "thinker-searcher"):
-            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
+        if inference:
+            sup.start(self.inference_service())
+            if searcher or (searcher is None and self.agent == "thinker-searcher"):
+                sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
 
     def inference_service(self) -> Service:
@@ -147,31 +182,34 @@ class LocalStack:
                        startup_timeout_s=300)
 
     def make_sft(self, sup: Supervisor) -> Path | None:
-        if not self.settings.sft:
+        """The demonstrations (None when ``[stack] sft`` is off), made unless they are there."""
+        out = self.layout.sft
+        if out is None:
             return None
-        out = self.run / "sft.jsonl"
-        self.job(sup, "make-sft", ["services.trainer", "make-sft", "--model", str(self.model_dir),
-                                   "--retriever-url", self.url(self.ports.retriever), "--qa", self.settings.train_qa,
-                                   "--out", str(out), "--topk", str(self.settings.sft_topk)]
-                 + ([] if self.settings.sft_think else ["--no-think"]))
+        if steps.has_sft(self.layout):
+            self.say(f"demonstrations {out} exist")
+        else:
+            self.job(sup, "make-sft", steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever)))
         return out
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:
-        out = self.run / "eval" / label
-        args = ["services.rollout", "eval", "--dataset", self.settings.eval_dataset, "--split", "all",
-                "--eval-output", str(out)]
-        if self.settings.eval_limit:
-            args += ["--eval-limit", str(self.settings.eval_limit)]
-        self.job(sup, f"eval-{label}", args)
+        out = self.layout.evals / label
+        self.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
         return read_eval(out)
+
+    def trainer_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
+        """The trainer, with the time to write its checkpoint when stopped (a real model's takes a while)."""
+        service = self.service("trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag,
+                               **env)
+        service.stop_grace_s = self.settings.trainer_stop_grace_s
+        return service
 
     def start_training(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "",
                        **env: str) -> tuple[Service, Service]:
         """Start the trainer, then the rollout (which waits for the trainer's first weights)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
-        trainer = sup.start(self.service("trainer", ["services.trainer", "train"], self.ports.trainer,
-                                         recipe=recipe, tag=tag, **env))
+        trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env))
         rollout = sup.start(self.service("rollout", ["services.rollout", "serve"], self.ports.rollout,
                                          recipe=recipe, tag=tag, **env))
         return trainer, rollout
@@ -206,10 +244,7 @@ class LocalStack:
 
     def run_all(self) -> str:
         with Supervisor(self.run / "logs") as sup:
-            self.prepare(sup)
-            self.start_servers(sup)
-            sft = self.make_sft(sup)
-            before = self.evaluate(sup, "step0")
+            sft, before = self.prepare_all(sup)
             self.say(f"step-0 eval: {before.headline()}")
             self.train(sup, sft)
             after = self.evaluate(sup, "final")
@@ -229,9 +264,4 @@ def prompt_text(repeats: int = 30) -> str:
     texts = [m["content"] for m in messages] + [prompts.decomposer_prompt("?"), prompts.worker_direct_prompt("?")]
     lines = [line for text in texts for line in text.splitlines() if line.strip()]
     return "\n".join(lines * repeats) + "\n"
-
-
-def _title(row: dict) -> str:
-    contents = row["contents"]
-    return contents.split("\n", 1)[0].strip().strip('"')
 

@@ -113,10 +113,13 @@ def test_depends_on_targets_exist_wait_for_health_and_respect_profiles():
             else:
                 assert condition == "service_healthy", f"{name} → {target}: condition {condition!r}"
                 assert _has_healthcheck(services[target]), f"{name} waits for {target}, which has no healthcheck"
+            # Whenever this service starts, its dependency starts too: podman-compose ≤ 1.6 crashes (KeyError)
+            # on a `required: false` dependency on a service outside the active profiles.
+            assert "required" not in spec, f"{name} → {target}: `required` is not understood by podman-compose"
             mine, theirs = set(service.get("profiles", [])), set(services[target].get("profiles", []))
-            if theirs and not (mine and mine <= theirs):
-                assert spec.get("required") is False, (
-                    f"{name} depends on {target} (profiles {sorted(theirs)}): mark it required: false")
+            assert not theirs or (mine and mine <= theirs), (
+                f"{name} (profiles {sorted(mine) or 'none'}) depends on {target}, which only profiles "
+                f"{sorted(theirs)} start")
 
 
 # (ids avoid the word "gpu": the conftest skips items carrying that keyword on machines without CUDA)
@@ -312,7 +315,7 @@ def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
         for flag in re.findall(r"(?<!\S)--[\w-]+", compose()["services"][name].get("environment", {}).get(
                 "INDEX_ARGS", "")):
             assert flag in cli_flags("retriever"), f"INDEX_ARGS uses {flag}, which build does not take"
-    assert checked >= 8
+    assert checked >= 7
 
 
 def test_vllm_gets_our_worker_extension_lora_flags_and_dev_mode():

@@ -1,0 +1,144 @@
+"""What a run needs before it trains, described once for ``make train`` and for compose's ``prepare`` job.
+
+    python -m services.stack prepare --recipe configs/tiny-cpu.toml     # compose: the one-shot `prepare`
+    python -m services.stack eval --label final                        # compose: `make compose-eval`
+
+The steps (``LocalStack.prepare_all`` runs them, each skipped when its result is already there):
+1. the tiny model: tokenizer trained on the task's text and the agents' instructions, random-init weights;
+2. the retriever's index of the corpus;
+3. SFT demonstrations (make-sft) from documents a retriever actually returned, for RED co-training;
+4. the greedy held-out eval at step 0.
+
+``make train`` writes them into a fresh run folder (``Layout.for_run``). Compose's ``prepare`` job writes
+them where the recipe and the compose file say the services read them (``Layout.for_recipe``): the recipe's
+``[trainer] model`` and ``[retriever] index_dir``, and ``sft_path(COMPOSE_ROOT, ...)``, which compose
+passes to the trainer as ``CODA_TRAINER_SFT_DATA`` (tests/integration/deploy checks that the two agree).
+On a restart of the stack the job finds them all in its volumes and exits at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.stack.config import StackSettings
+
+# Compose mounts the `runs` volume at /app/runs and the jobs run in /app: this is the same folder.
+COMPOSE_ROOT = Path("runs")
+# The bundled corpora by the index folder the recipes name; another index_dir needs $CORPUS (compose).
+BUNDLED_INDEXES = {
+    "runs/index/lookup": ("data/lookup/corpus.jsonl", []),
+    "runs/index/hotpotqa": ("data/hotpotqa/corpus.jsonl",
+                            ["--embeddings", "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy"]),
+}
+
+
+def sft_path(root: Path, stack: StackSettings) -> Path | None:
+    """Where the demonstrations are written and read; None when the recipe's ``[stack] sft`` is off."""
+    return root / "sft.jsonl" if stack.sft else None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the prepared things live."""
+
+    model: Path
+    index: Path
+    corpus: str                 # what the index is built from
+    index_args: tuple[str, ...]  # more `services.retriever build` flags
+    sft: Path | None
+    evals: Path                 # one folder per eval label (step0, final)
+    tiny: bool = True           # the model is ours to build (a local folder), not a hub id
+
+    @classmethod
+    def for_run(cls, run: Path, stack: StackSettings) -> Layout:
+        """``make train``: everything inside the run's own folder."""
+        return cls(model=run / "model", index=run / "index", corpus=stack.corpus, index_args=(),
+                   sft=sft_path(run, stack), evals=run / "eval")
+
+    @classmethod
+    def for_recipe(cls, recipe: str, stack: StackSettings, root: Path = COMPOSE_ROOT) -> Layout:
+        """Compose: the paths the recipe gives the services (the models, indexes and runs volumes)."""
+        from services.retriever.config import RetrieverSettings
+        from services.trainer.config import TrainerSettings
+
+        # The model the trainer trains (and, in the cpu profile, the policy server serves: a recipe keeps
+        # [inference] model equal to it); the gpu profile's recipes name hub models, which are not built here.
+        model = TrainerSettings.load(recipe).model
+        index = RetrieverSettings.load(recipe).index_dir
+        corpus, args = index_source(index, stack)
+        tiny = is_local(model, root)
+        # A hub model (the gpu profile) is not made here, so neither are make train's demonstrations for it.
+        return cls(model=Path(model), index=Path(index), corpus=corpus, index_args=tuple(args),
+                   sft=sft_path(root, stack) if tiny else None, evals=root / "eval", tiny=tiny)
+
+
+def index_source(index_dir: str, stack: StackSettings) -> tuple[str, list[str]]:
+    """The corpus of an index folder: ``$CORPUS`` (+ ``$INDEX_ARGS``), a bundled one, or ``[stack] corpus``."""
+    if os.environ.get("CORPUS"):
+        return os.environ["CORPUS"], os.environ.get("INDEX_ARGS", "").split()
+    key = Path(index_dir).as_posix().removeprefix("/app/")
+    if key in BUNDLED_INDEXES:
+        corpus, args = BUNDLED_INDEXES[key]
+        return corpus, list(args)
+    return stack.corpus, []
+
+
+def is_local(model: str, root: Path) -> bool:
+    """A model folder of ours (under the runs folder, or absolute) rather than a hub id like ``org/name``."""
+    path = Path(model)
+    return path.is_absolute() or path.parts[:1] == root.parts[:1] or path.exists()
+
+
+# ---------------------------------------------------------------- the steps' commands and what they leave
+def tiny_model_args(stack: StackSettings, out: Path, texts: list[str], extra_tokens: Path | None) -> list[str]:
+    args = ["services.inference", "make-tiny", "--out", str(out), "--size", stack.model_size,
+            "--seed", str(stack.model_seed), "--vocab-size", str(stack.vocab_size), "--max-len",
+            str(stack.max_context), "--text", *texts]
+    return args + (["--extra-tokens", str(extra_tokens)] if extra_tokens else [])
+
+
+def index_args(layout: Layout) -> list[str]:
+    return ["services.retriever", "build", "--corpus", layout.corpus, "--out", str(layout.index),
+            *layout.index_args]
+
+
+def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str) -> list[str]:
+    return (["services.trainer", "make-sft", "--model", str(layout.model), "--retriever-url", retriever_url,
+             "--qa", stack.train_qa, "--out", str(layout.sft), "--topk", str(stack.sft_topk)]
+            + ([] if stack.sft_think else ["--no-think"]))
+
+
+def eval_args(stack: StackSettings, out: Path) -> list[str]:
+    """The greedy held-out eval (what make train prints at step 0 and at the end)."""
+    args = ["services.rollout", "eval", "--dataset", stack.eval_dataset, "--split", "all", "--eval-output", str(out)]
+    return args + (["--eval-limit", str(stack.eval_limit)] if stack.eval_limit else [])
+
+
+def has_model(layout: Layout) -> bool:
+    return (layout.model / "config.json").is_file()
+
+
+def has_index(layout: Layout) -> bool:
+    return (layout.index / "manifest.json").is_file()
+
+
+def has_sft(layout: Layout) -> bool:
+    return layout.sft is None or (layout.sft.is_file() and layout.sft.stat().st_size > 0)
+
+
+def has_eval(layout: Layout, label: str) -> bool:
+    return any((layout.evals / label).glob("*.json"))
+
+
+def entity_titles(corpus: str) -> str:
+    """The corpus titles, one per line (made whole tokens of the tiny tokenizer)."""
+    rows = Path(corpus).read_text().splitlines()
+    return "".join(_title(json.loads(line)) + "\n" for line in rows if line.strip())
+
+
+def _title(row: dict) -> str:
+    contents = row["contents"]
+    return contents.split("\n", 1)[0].strip().strip('"')
