@@ -56,7 +56,6 @@ BUILD_FLAGS=()
 say "using: ${CMD[*]} ($("${CMD[@]}" version 2>/dev/null | tr '\n' ' ' | cut -c1-120)), project $PROJECT"
 
 compose() { "${COMPOSE_CMD[@]}" "$@"; }
-compose_build() { "${CMD[@]}" "${BUILD_FLAGS[@]}" -p "$PROJECT" -f docker-compose.yml --profile cpu "$@"; }
 
 container() {  # the container id of a service (the newest)
     "$ENGINE" ps -a -q --filter "label=com.docker.compose.project=$PROJECT" \
@@ -98,8 +97,7 @@ trainer_log() {  # the trainer's JSONL log, as the trainer wrote it into the run
     "$ENGINE" exec "$(container trainer-cpu)" sh -c 'cat "${CODA_TRAINER_LOG_DIR:-runs/logs}/train.jsonl"'
 }
 
-check_log() {  # check_log FROM_STEP: every row from that step trained real tokens; RL, SFT, a gradient
-    trainer_log | python3 -c '
+read -r -d '' CHECK_LOG_PY <<'PY' || true
 import json, sys
 start = int(sys.argv[1])
 rows = [json.loads(line) for line in sys.stdin if line.strip()]
@@ -111,10 +109,14 @@ assert any(r.get("rl_tokens", 0) > 0 for r in rows), "no step trained an RL toke
 assert any(r.get("sft_tokens", 0) > 0 for r in rows), "no step trained a demonstration token (RED/SFT)"
 assert any(r.get("grad_norm", 0) > 0 for r in rows), "every gradient norm is 0"
 last = rows[-1]
-print(f"steps {rows[0][\"step\"]}..{last[\"step\"]}: {len(rows)} rows, all with tokens; last: tokens={last[\"tokens\"]:.0f} "
-      f"rl_tokens={last.get(\"rl_tokens\", 0):.0f} sft_tokens={last.get(\"sft_tokens\", 0):.0f} "
-      f"grad_norm={last.get(\"grad_norm\", 0):.4f} reward_mean={last.get(\"reward_mean\", 0):.3f}")
-' "$1"
+print(f"log rows of steps {rows[0]['step']}..{last['step']}: {len(rows)}, each with tokens > 0; last: "
+      f"tokens={last['tokens']:.0f} rl_tokens={last.get('rl_tokens', 0):.0f} "
+      f"sft_tokens={last.get('sft_tokens', 0):.0f} grad_norm={last.get('grad_norm', 0):.4f} "
+      f"reward_mean={last.get('reward_mean', 0):.3f}")
+PY
+
+check_log() {  # check_log FROM_STEP: every row after that step trained real tokens; RL, SFT, a gradient
+    trainer_log | python3 -c "$CHECK_LOG_PY" "$1"
 }
 
 latest_checkpoint() {  # the step of the newest complete checkpoint (0 when none)
@@ -162,7 +164,8 @@ say "removing what an earlier smoke left (project $PROJECT, its volumes)"
 compose down -v >/dev/null 2>&1 || true
 if [ "${SMOKE_BUILD:-1}" != 0 ]; then
     started=$(date +%s)
-    timeout "$UP_TIMEOUT" compose_build build "${SERVICES[@]}" || fail "build failed"
+    timeout "$UP_TIMEOUT" "${CMD[@]}" "${BUILD_FLAGS[@]}" -p "$PROJECT" -f docker-compose.yml --profile cpu \
+        build "${SERVICES[@]}" || fail "build failed"
     say "images built in $(( $(date +%s) - started ))s"
     "$ENGINE" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^[a-z./]*coda-stack/' | sed 's/^/    /' || true
 fi
