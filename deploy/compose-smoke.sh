@@ -9,7 +9,8 @@
 #      real tokens; then the held-out eval of the served policy, beside the step-0 one.
 # Every wait has a timeout; the first failed check stops the script with exit status 1.
 #
-# Settings (environment): SMOKE_STEPS (steps before the stop; default 40, two checkpoints of tiny-cpu),
+# Settings (environment): SMOKE_STEPS (steps before the stop; default 30: between tiny-cpu's checkpoints at 20
+# and 40, so the restart shows whether the trainer checkpointed when stopped or falls back to step 20),
 # SMOKE_MORE_STEPS (after the restart; 5), SMOKE_PROJECT (compose project; coda-smoke: its own volumes,
 # removed at the start), SMOKE_BUILD=0 (use the images as built), SMOKE_KEEP=1 (leave the stack up at the end),
 # SMOKE_EVAL=0 (skip the final eval), SMOKE_UP_TIMEOUT_S, SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROJECT=${SMOKE_PROJECT:-coda-smoke}
-STEPS=${SMOKE_STEPS:-40}
+STEPS=${SMOKE_STEPS:-30}
 MORE_STEPS=${SMOKE_MORE_STEPS:-5}
 UP_TIMEOUT=${SMOKE_UP_TIMEOUT_S:-3600}       # includes the image builds on a cold machine
 HEALTH_TIMEOUT=${SMOKE_HEALTH_TIMEOUT_S:-600}
@@ -28,7 +29,7 @@ TRAIN_TIMEOUT=${SMOKE_TRAIN_TIMEOUT_S:-1800}
 SERVICES=(redis prepare retriever policy-cpu searcher rollout trainer-cpu)
 declare -A PORTS=([retriever]=${RETRIEVER_HOST_PORT:-8000} [searcher]=${SEARCHER_HOST_PORT:-8001}
                   [policy-cpu]=${POLICY_HOST_PORT:-8002} [trainer-cpu]=${TRAINER_HOST_PORT:-8003}
-                  [rollout]=${ROLLOUT_HOST_PORT:-8004})
+                  [rollout]=$(p=${ROLLOUT_PORTS:-8004:8004}; p=${p%:*}; echo "${p##*:}"))
 export RECIPE=tiny-cpu
 export REDIS_PASSWORD=${REDIS_PASSWORD:-smoke$RANDOM$RANDOM} GRAFANA_PASSWORD=${GRAFANA_PASSWORD:-smoke$RANDOM}
 STARTED=$(date +%s)
@@ -93,6 +94,20 @@ trainer_ready() { [ -n "$(status_field step)" ]; }
 exited() { [ "$("$ENGINE" inspect --format '{{.State.Status}}' "$1")" = exited ]; }
 redis_pong() { "$ENGINE" exec -e REDISCLI_AUTH="$REDIS_PASSWORD" "$(container redis)" redis-cli ping | grep -q PONG; }
 
+resumed_at() {  # "STEP VERSION" from the trainer's "resumed" log line (JSON logs), empty before it
+    "$ENGINE" logs "$(container trainer-cpu)" 2>&1 | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(doc, dict) and doc.get("msg") == "resumed":
+        print(doc["step"], doc["version"])
+' | tail -1
+}
+trainer_resumed() { [ -n "$(resumed_at)" ]; }
+
 trainer_log() {  # the trainer's JSONL log, as the trainer wrote it into the runs volume
     "$ENGINE" exec "$(container trainer-cpu)" sh -c 'cat "${CODA_TRAINER_LOG_DIR:-runs/logs}/train.jsonl"'
 }
@@ -134,7 +149,9 @@ bring_up() {
     [ -n "$id" ] || fail "no prepare container"
     wait_until "$UP_TIMEOUT" "prepare to finish" exited "$id"
     code=$("$ENGINE" inspect --format '{{.State.ExitCode}}' "$id")
-    "$ENGINE" logs "$id" 2>&1 | grep '^\[prepare' | sed 's/^/    /' || true
+    # Its first run (podman starts it again with each dependent: the later runs find everything and exit).
+    "$ENGINE" logs "$id" 2>&1 | grep '^\[prepare' | awk '/run folder/ {runs++} runs == 1 {print "    " $0}
+        END {if (runs > 1) print "    (and " runs - 1 " more start(s) of prepare, each finding it all done)"}' || true
     [ "$code" = 0 ] || { "$ENGINE" logs --tail 40 "$id"; fail "prepare exited with $code"; }
     for service in "${!PORTS[@]}"; do
         wait_until "$HEALTH_TIMEOUT" "$service /health" healthy "http://127.0.0.1:${PORTS[$service]}/health"
@@ -192,10 +209,15 @@ say "down in $(( $(date +%s) - started ))s"
 bring_up
 
 # ---------------------------------------------------------------- 5. resumed, and still training
-wait_until "$HEALTH_TIMEOUT" "the trainer's /status" trainer_ready
-resumed_step=$(status_field step)
-resumed_version=$(status_field version)
-say "after the restart: step $resumed_step, version $resumed_version (checkpoint step $checkpoint)"
+wait_until "$HEALTH_TIMEOUT" "the trainer's \"resumed\" log line" trainer_resumed
+read -r resumed_step resumed_version <<< "$(resumed_at)"
+say "after the restart: step $resumed_step, version $resumed_version (before the stop: step $before_step, newest" \
+    "checkpoint then: step $checkpoint)"
+if [ "${resumed_step:-0}" -ge "$before_step" ]; then
+    say "the trainer checkpointed when it was stopped: nothing trained before the stop was lost"
+else
+    say "resumed from the last periodic checkpoint: steps $resumed_step..$before_step are trained again"
+fi
 [ -n "$resumed_step" ] && [ "$resumed_step" -ge "$checkpoint" ] \
     || fail "the trainer restarted at step ${resumed_step:-?}, not at its checkpoint ($checkpoint)"
 [ "$resumed_version" -gt 0 ] || fail "the policy version went back to 0"
