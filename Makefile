@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(REAL_MODEL)') 
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup vllm-cpu test test-fast train lint format clean up down logs compose-eval compose-smoke index bench eval demo-plots
+.PHONY: help setup vllm-cpu test test-fast test-faults train lint format clean up down logs compose-eval compose-smoke index bench eval demo-plots
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ test: setup vllm-cpu  ## the whole test suite (what CI runs), the live vLLM test
 
 test-fast: setup  ## unit tests only
 	$(PY) -m pytest -q tests/unit
+
+test-faults: setup  ## fault injection: trainer, Redis, inference, retriever killed under a real pipeline (~6 min)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m faults tests/faults
 
 train: setup  ## the embedded default: local services, tiny model, bundled data
 	$(PY) -m services.stack train --recipe configs/tiny-cpu.toml

