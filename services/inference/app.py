@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from services.inference.completions import build_request, build_response
 from services.inference.config import InferenceSettings
-from services.inference.engine import AdapterNotLoaded, Engine
+from services.inference.engine import AdapterNotLoaded, Engine, EnginePaused
 from services.inference.metrics import InferenceMetrics
 from services.inference.model import ModelRunner
 from services.inference.weights import (
@@ -60,7 +60,7 @@ class Server:
         self.adapter_paths: dict[str, str] = {}
         self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
                              seed=settings.seed, metrics=metrics, prefix_cache_tokens=settings.prefix_cache_tokens,
-                             max_prefill_batch=settings.max_prefill_batch)
+                             max_prefill_batch=settings.max_prefill_batch, pause_wait_s=settings.pause_wait_s)
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
         metrics.running.set_function(lambda: self.engine.num_running)
         metrics.waiting.set_function(lambda: self.engine.num_waiting)
@@ -95,13 +95,10 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
         finally:
             server.engine.stop()
 
-    def engine_alive() -> str:
-        server: Server = app.state.server
-        if not server.engine.alive:
-            raise RuntimeError("engine thread is not running")
-        return f"running={server.engine.num_running} waiting={server.engine.num_waiting}"
+    def engine_ready() -> str:  # 503 while paused, failing every step, or dead (shared.health's convention)
+        return app.state.server.engine.check_health()
 
-    app, registry = create_app("inference", lifespan=lifespan, health_checks={"engine": engine_alive},
+    app, registry = create_app("inference", lifespan=lifespan, health_checks={"engine": engine_ready},
                                max_body_bytes=settings.max_body_bytes,
                                description="CPU policy server speaking vLLM's OpenAI-compatible API subset")
     metrics = InferenceMetrics(registry)
@@ -112,16 +109,25 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
 
 
 def _generation_routes(app: FastAPI) -> None:
-    @app.post("/v1/completions", tags=["vllm"], summary="Sample completions of token-id (or text) prompts")
+    @app.post("/v1/completions", tags=["vllm"], summary="Sample completions of token-id (or text) prompts",
+              description="While the engine is paused (`POST /pause`) a request waits for `/resume` at most "
+                          "`pause_wait_s` (default 60 s), then gets 503; an internal failure of one request is "
+                          "a 500 for that request only.")
     async def completions(body: CompletionRequest) -> JSONResponse:
         server: Server = app.state.server
         adapter = server.resolve_model(body.model)
+        # Off the event loop: tokenising a long text prompt is CPU work that would stall every other request.
+        request = await asyncio.to_thread(build_request, body, server.runner, adapter,
+                                          max_num_seqs=server.settings.max_num_seqs,
+                                          default_max_tokens=server.settings.max_tokens_default)
         try:
-            request = build_request(body, server.runner, adapter, max_num_seqs=server.settings.max_num_seqs,
-                                    default_max_tokens=server.settings.max_tokens_default)
             sequences, version = await asyncio.wrap_future(server.engine.submit(request))
         except AdapterNotLoaded as exc:
             raise ApiError(str(exc), 404, "NotFoundError") from None
+        except EnginePaused as exc:
+            raise ApiError(str(exc), 503, "ServiceUnavailableError") from None
+        except Exception as exc:  # the engine failed this request only (and logged why); vLLM's 500 body
+            raise ApiError(f"inference failed: {type(exc).__name__}: {exc}", 500, "InternalServerError") from None
         response = build_response(body, body.model or server.name, sequences, version, server.runner)
         return JSONResponse(response.model_dump(mode="json"))
 
@@ -151,20 +157,32 @@ def _lora_routes(app: FastAPI) -> None:
             start = time.perf_counter()
             try:
                 path = resolve_under(server.root, body.lora_path, "lora_path")
-                check_adapter(path, server.settings.max_lora_rank)
-                name = body.lora_name
+                # Reads and checks every tensor: off the event loop.
+                await asyncio.to_thread(check_adapter, path, server.settings.max_lora_rank)
+                name, old_path = body.lora_name, server.adapter_paths.get(body.lora_name)
                 ready = (lambda: server.engine.adapter_idle(name)) if replace else None
+
                 def load() -> None:
                     server.engine.prefix.drop_adapter(name)  # a replaced adapter's cached KV is stale
-                    load_adapter(server.runner, name, path, replace)
+                    try:
+                        load_adapter(server.runner, name, path, replace)
+                    except Exception:
+                        if replace and old_path and name not in server.runner.adapters:
+                            load_adapter(server.runner, name, Path(old_path))  # the replaced one goes back
+                        raise
 
                 await server.run_op(load, ready)
             except WeightsError as exc:
                 raise _api_error(exc) from None
-            except (ValueError, OSError, KeyError) as exc:  # peft refusing the adapter (wrong base, bad files)
-                raise ApiError(f"could not load LoRA adapter from {body.lora_path!r}: {exc}", 400) from None
+            except Exception as exc:  # peft refusing the checked adapter (wrong base…); load_adapter undid it
+                log.warning("LoRA adapter refused", extra={"path": body.lora_path, "error": repr(exc)})
+                raise ApiError(f"could not load LoRA adapter from {body.lora_path!r}: {type(exc).__name__}: "
+                               f"{exc}", 400) from None
+            finally:  # a failed in-place load has already unloaded the old adapter: list what is served
+                for stale in set(server.adapter_paths) - server.runner.adapters:
+                    server.adapter_paths.pop(stale)
+                server.metrics.adapters.set(len(server.runner.adapters))
             server.adapter_paths[body.lora_name] = str(path)
-            server.metrics.adapters.set(len(server.runner.adapters))
             server.metrics.reloads.labels("lora").inc()
             server.metrics.reload_seconds.labels("lora").observe(time.perf_counter() - start)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
@@ -189,26 +207,21 @@ def _lora_routes(app: FastAPI) -> None:
 
 
 def _weight_routes(app: FastAPI) -> None:
-    @app.post("/pause", tags=["vllm"], summary="vLLM dev-mode pause: finish in-flight requests, admit none")
+    @app.post("/pause", tags=["vllm"], summary="vLLM dev-mode pause: finish in-flight requests, admit none",
+              description="Until `/resume`, /health answers 503 (not ready) and a completion waits at most "
+                          "`pause_wait_s` (default 60 s), then gets 503 with a message saying the engine is "
+                          "paused; clients retry 5xx.")
     async def pause(mode: str = Query("abort")) -> JSONResponse:
         server: Server = app.state.server
         if mode != "wait":
             raise ApiError(f"pause mode {mode!r} is not supported by this server; use mode=wait", 400)
-
-        def set_paused() -> None:
-            server.engine.paused = True
-
-        await server.run_op(set_paused, server.engine.idle)
+        await server.run_op(lambda: server.engine.set_paused(True), server.engine.idle)
         return JSONResponse({"status": "paused"})
 
     @app.post("/resume", tags=["vllm"], summary="vLLM dev-mode resume after /pause")
     async def resume() -> JSONResponse:
         server: Server = app.state.server
-
-        def set_running() -> None:
-            server.engine.paused = False
-
-        await server.run_op(set_running)
+        await server.run_op(lambda: server.engine.set_paused(False))
         return JSONResponse({"status": "resumed"})
 
     @app.get("/is_paused", tags=["vllm"], summary="Whether admission is paused")
@@ -243,8 +256,8 @@ async def _reload(server: Server, path_arg: str, version: int | None) -> dict:
     async with server.lock:
         try:
             path = resolve_under(server.root, path_arg, "weights path")
-            tensors = await asyncio.to_thread(read_checkpoint, path)
-            tensors = check_checkpoint(server.runner, tensors)
+            # Reading and checking (every value) take seconds on a real model: off the event loop.
+            tensors = await asyncio.to_thread(lambda: check_checkpoint(server.runner, read_checkpoint(path)))
         except WeightsError as exc:
             raise _api_error(exc) from None
         new_version = version if version is not None else server.engine.version + 1

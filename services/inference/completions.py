@@ -6,6 +6,8 @@ Error messages follow vLLM's wording where it has one, so a client sees the same
 
 from __future__ import annotations
 
+import math
+
 from services.inference.engine import GenerationRequest, Sequence, make_generators
 from services.inference.model import ModelRunner
 from services.inference.sampling import SamplingParams
@@ -31,24 +33,96 @@ def invalid(param: str, value: object, message: str) -> RequestError:
     return RequestError(f"{message} (parameter={param}, value={value})", param=param)
 
 
+def _num_prompts(prompt: list | str) -> int:
+    return 1 if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int) else len(prompt)
+
+
+def _check_text_length(text: str, runner: ModelRunner) -> None:
+    """Refuse, before tokenising it, text that has more tokens than the context for sure: no token covers
+    more than ``runner.max_token_chars`` characters. Tokenising 10 MB took 16 s and 2.5 GB."""
+    limit = runner.max_model_len * runner.max_token_chars
+    if len(text) > limit:
+        raise invalid("prompt", f"<{len(text)} characters>",
+                      f"This model's maximum context length is {runner.max_model_len} tokens. However, your "
+                      f"prompt has {len(text)} characters, more than {limit} ({runner.max_token_chars} per token "
+                      "at most in this vocabulary), which exceeds this limit even without any output tokens. "
+                      "Please reduce the length of the input prompt.")
+
+
 def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]:
     prompt = request.prompt
-    if isinstance(prompt, str):
-        prompts = [runner.encode(prompt)]
-    elif prompt and isinstance(prompt[0], str):
-        prompts = [runner.encode(p) for p in prompt]  # type: ignore[arg-type]
+    texts = [prompt] if isinstance(prompt, str) else prompt if prompt and isinstance(prompt[0], str) else None
+    if texts is not None:
+        for text in texts:
+            _check_text_length(text, runner)  # all of them before tokenising any
+        prompts = [runner.encode(text) for text in texts]  # type: ignore[arg-type]
     elif prompt and isinstance(prompt[0], list):
         prompts = [list(p) for p in prompt]  # type: ignore[arg-type]
     else:
         prompts = [list(prompt)]  # type: ignore[arg-type]
-    vocab = len(runner.tokenizer)
     for ids in prompts:
         if not ids:
-            raise RequestError("Either prompt or prompt_embeds must be provided and non-empty.")
-        bad = next((t for t in ids if not 0 <= t < vocab), None)
+            raise RequestError("Either prompt or prompt_embeds must be provided and non-empty.", param="prompt")
+        bad = next((t for t in ids if not 0 <= t < runner.vocab_size), None)  # ints already (pydantic)
         if bad is not None:
-            raise RequestError(f"Token id {bad} is out of vocabulary (vocab size {vocab}).")
+            raise RequestError(f"Token id {bad} is out of vocabulary (vocab size {runner.vocab_size}).",
+                               param="prompt")
     return prompts
+
+
+def _token_id(raw: object) -> int | None:
+    """``raw`` as a token id: an int, or a decimal string (``logit_bias`` keys are strings in JSON)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and len(raw) <= 20 and raw.strip().lstrip("-").isdecimal():
+        return int(raw)
+    return None
+
+
+def _check_ids(param: str, ids: object, vocab: int) -> None:
+    """Every id in ``ids`` (a list, or a dict's keys) is a token of the vocabulary: an id out of range indexes
+    past the logits, and that once failed every request in the batch with it."""
+    values = list(ids) if isinstance(ids, (list, dict)) else [ids]
+    for raw in values:
+        token = _token_id(raw)
+        if token is None:
+            raise RequestError(f"{param} holds {raw!r}, which is not a token id of this vocabulary "
+                               f"(ids 0..{vocab - 1}).", param=param)
+        if not 0 <= token < vocab:
+            raise RequestError(f"Token id {token} in {param} is out of vocabulary (vocab size {vocab}).",
+                               param=param)
+
+
+# Fields besides ``prompt`` that carry token ids (vLLM's names); checked when present, supported or not.
+TOKEN_ID_FIELDS = ("stop_token_ids", "logit_bias", "allowed_token_ids", "logprob_token_ids")
+
+
+def _check_token_id_fields(request: CompletionRequest, vocab: int) -> None:
+    for name in TOKEN_ID_FIELDS:
+        value = getattr(request, name, None) if name in type(request).model_fields else None
+        value = value if value is not None else (request.model_extra or {}).get(name)
+        if value is not None:
+            _check_ids(name, value, vocab)
+
+
+def _non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_non_finite(v) for v in value)
+    return False
+
+
+def _check_finite(request: CompletionRequest) -> None:
+    """NaN and ±Infinity parse as JSON here (Python's json reads them); no sampling parameter may be one."""
+    fields = {**{name: getattr(request, name) for name in type(request).model_fields}, **(request.model_extra or {})}
+    for name, value in fields.items():
+        if name != "prompt" and _non_finite(value):
+            raise RequestError(f"{name} must be a finite number, got {value!r}.", param=name)
 
 
 # vLLM fields this server does not implement, with their neutral values; anything else is refused (400) rather
@@ -103,9 +177,14 @@ def _max_tokens(request: CompletionRequest, prompt_len: int, max_model_len: int,
 
 def build_request(request: CompletionRequest, runner: ModelRunner, adapter: str | None, *, max_num_seqs: int,
                   default_max_tokens: int) -> GenerationRequest:
-    """Validated engine request: ``n`` sequences per prompt, prompt-major (vLLM's choice order)."""
+    """Validated engine request: ``n`` sequences per prompt, prompt-major (vLLM's choice order).
+
+    Cheap checks first, tokenising text last; the route runs this off the event loop (tokenising is CPU work).
+    """
+    _check_finite(request)
+    _check_token_id_fields(request, runner.vocab_size)  # before the "not supported" refusals: ids are wrong
+    _check_sampling(request, max_num_seqs, _num_prompts(request.prompt))
     prompts = _prompts(request, runner)
-    _check_sampling(request, max_num_seqs, len(prompts))
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     generators = make_generators(request.seed, request.n * len(prompts))
     sequences = []

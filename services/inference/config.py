@@ -36,6 +36,8 @@ class InferenceSettings(ServiceSettings):
                                      "is kept for reuse by prompts that extend them (multi-turn); 0 = off")
     threads: int = Field(1, ge=0, description="torch CPU threads; 1 is fastest for tiny models and on shared "
                                               "machines (more threads spin against each other); 0 = torch's default")
+    pause_wait_s: float = Field(60.0, ge=0, description="How long a completion arriving while /pause holds "
+                                "admission waits for /resume before a 503 (a weight sync takes seconds)")
     seed: int = Field(0, description="Seed of the sampler for requests without their own seed")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (else 413)")
     log_format: Literal["kv", "json"] = Field("kv", description="Log line format")

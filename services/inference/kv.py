@@ -5,6 +5,11 @@ values. Because every row's newest token sits in the same column, one decode ste
 whole batch. Buffers are preallocated and grow by doubling, so a step writes in place instead of copying the
 cache (``torch.cat`` per step would copy it all, every step). Keys are stored after RoPE, so the padding does
 not change any row's positions; the attention mask hides the pad columns.
+
+Every method that creates or writes the buffers runs under ``torch.inference_mode``, whoever calls it: decode
+grows them inside inference mode (making inference tensors), prefill joins rows on the engine thread outside
+it, and an in-place write to an inference tensor outside inference mode is a RuntimeError. Mode is per thread,
+so the methods set it themselves instead of trusting the caller's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class KVBatch:
         cols = torch.arange(self.length + extra).unsqueeze(0)
         return (cols >= torch.tensor(self.pad).unsqueeze(1)).long()
 
+    @torch.inference_mode()
     def ensure_capacity(self, needed: int) -> None:
         capacity = self.keys[0].shape[2] if self.keys else 0
         if needed <= capacity:
@@ -43,6 +49,7 @@ class KVBatch:
         self.keys = [_resize(t, new_capacity, self.length) for t in self.keys]
         self.values = [_resize(t, new_capacity, self.length) for t in self.values]
 
+    @torch.inference_mode()
     def add_rows(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Append rows from a prefill cache: per layer (keys, values) ``[b, kv_heads, P, head_dim]``, no padding."""
         new_len = layers[0][0].shape[2]
@@ -66,6 +73,7 @@ class KVBatch:
         self.pad = self.pad + [target - new_len] * added
         self.length = target
 
+    @torch.inference_mode()
     def keep_rows(self, keep: list[int]) -> None:
         """Drop every row not in ``keep`` (in that order) and trim pad columns no row needs any more."""
         if not keep:
@@ -79,6 +87,7 @@ class KVBatch:
         self.pad = [p - trim for p in pad]
         self.length -= trim
 
+    @torch.inference_mode()
     def _shift_right(self, by: int) -> None:
         """Add ``by`` pad columns on the left of every row (to align with longer new rows)."""
         self.ensure_capacity(self.length + by + 1)
@@ -88,6 +97,16 @@ class KVBatch:
                 t[:, :, :by] = 0
         self.pad = [p + by for p in self.pad]
         self.length += by
+
+    def row(self, index: int) -> KVBatch:
+        """Row ``index`` as a one-row batch sharing these buffers: a decode step on it writes its new column
+        here (in place), so the engine can run a failed batch's rows one by one. Call ``ensure_capacity`` on
+        this batch first: a view that had to grow would write into a copy."""
+        view = KVBatch(self.num_layers)
+        view.keys = [t[index:index + 1] for t in self.keys]
+        view.values = [t[index:index + 1] for t in self.values]
+        view.pad, view.length = [self.pad[index]], self.length
+        return view
 
     def as_cache(self) -> DynamicCache:
         """A transformers cache whose layers write the step's new column into these buffers in place."""
@@ -110,6 +129,7 @@ class _SlotLayer(DynamicLayer):
         self.batch, self.index = batch, index
         self.is_initialized = True
 
+    @torch.inference_mode()
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         start, q = self.batch.length, key_states.shape[-2]
         keys, values = self.batch.keys[self.index], self.batch.values[self.index]

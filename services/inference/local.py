@@ -12,15 +12,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from fastapi import FastAPI
 
 from services.inference.app import create_inference_app
 from services.inference.config import InferenceSettings
 
 
 @contextmanager
-def serve_in_thread(settings: InferenceSettings, startup_timeout_s: float = 120.0) -> Iterator[str]:
-    """Start uvicorn on ``settings.host:settings.port``; yields the base URL; stops the server on exit."""
-    app = create_inference_app(settings)
+def serve_in_thread(settings: InferenceSettings, startup_timeout_s: float = 120.0,
+                    app: FastAPI | None = None) -> Iterator[str]:
+    """Start uvicorn on ``settings.host:settings.port``; yields the base URL; stops the server on exit.
+
+    Pass ``app`` (from ``create_inference_app(settings)``) to keep a handle on ``app.state.server``, e.g. for a
+    test that injects a fault into the engine it serves.
+    """
+    app = app if app is not None else create_inference_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            lifespan="on"))
     thread = threading.Thread(target=server.run, name="inference-http", daemon=True)

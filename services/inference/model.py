@@ -35,6 +35,12 @@ class ModelRunner:
         self.max_model_len = min(max_model_len or config_len, config_len)
         self.num_layers = int(self.base.config.num_hidden_layers)
         self.eos_ids = self._eos_ids()
+        # Ids a request may use: tokens of the tokenizer that also have a row in the logits.
+        self.vocab_size = min(len(self.tokenizer), int(self.base.get_input_embeddings().num_embeddings))
+        # No token stands for more characters than its string has (byte-level BPE: one per byte; SentencePiece:
+        # "▁" per space), so text longer than max_model_len × this cannot fit and is refused without tokenising
+        # it (a normaliser that deletes characters could make this refuse a prompt that would have fit).
+        self.max_token_chars = max(1, max(len(token) for token in self.tokenizer.get_vocab()))
         log.info("model loaded", extra={"dir": str(self.model_dir), "params": self.num_parameters(),
                                         "max_model_len": self.max_model_len, "eos": sorted(self.eos_ids)})
 
