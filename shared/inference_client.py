@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from shared.protocol.inference import (
+    INFO_METHOD,
     RELOAD_METHOD,
     TOKEN_ID_PREFIX,
     CollectiveRpcResponse,
@@ -305,6 +306,16 @@ class SyncInferenceClient:
             if paused:
                 self.resume()
         return CollectiveRpcResponse.model_validate(response.json() if response.content else {}).results
+
+    def served_version(self) -> int | None:
+        """The weight version the server has loaded: None from a server never sent weights (vLLM after a start),
+        the version it started with from ours (0)."""
+        response = self._call("POST", "/collective_rpc", json={"method": INFO_METHOD})
+        results = CollectiveRpcResponse.model_validate(response.json()).results
+        versions = [r.get("weight_version") for r in results if isinstance(r, dict)]
+        # Several workers (tensor parallel) load together; the oldest one is what a request may meet.
+        known = [int(v) for v in versions if v is not None]
+        return min(known) if known and len(known) == len(versions) else None
 
     def pause(self) -> bool:
         try:

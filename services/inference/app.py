@@ -33,6 +33,7 @@ from services.inference.weights import (
 from shared.http import ApiError, create_app
 from shared.log import get_logger
 from shared.protocol.inference import (
+    INFO_METHOD,
     RELOAD_METHOD,
     CollectiveRpcRequest,
     CompletionRequest,
@@ -232,13 +233,16 @@ def _weight_routes(app: FastAPI) -> None:
     async def reset_prefix_cache() -> JSONResponse:
         return JSONResponse({})
 
-    @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path")
+    @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path, coda_weight_info")
     async def collective_rpc(body: CollectiveRpcRequest) -> JSONResponse:
         server: Server = app.state.server
         if body.method is None:
             raise ApiError("Missing 'method' in request body", 400, "Bad Request")
+        if body.method == INFO_METHOD:  # the same answer as vLLM's worker extension: the version as a string
+            return JSONResponse({"results": [{"weight_version": str(server.engine.version)}]})
         if body.method != RELOAD_METHOD:
-            raise ApiError(f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r}", 400)
+            raise ApiError(f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r} "
+                           f"and {INFO_METHOD!r}", 400)
         path_arg = body.args[0] if body.args else body.kwargs.get("path") or body.kwargs.get("weight_dir")
         if not path_arg:
             raise ApiError(f"{RELOAD_METHOD} needs the weights directory as args[0] or kwargs['path']", 400)

@@ -60,7 +60,7 @@ class RolloutSettings(ServiceSettings):
     admission_scope: Literal["process", "redis"] = Field(
         "process", description="process: this rollout alone; redis: shared by every rollout replica")
     max_running_groups: int = Field(64, ge=1, description="Groups in flight at once (concurrency cap)")
-    max_prompt_failures: int = Field(3, ge=1, description="Failed attempts before a prompt is dropped")
+    max_prompt_failures: int = Field(3, ge=1, description="Failures in a row, by the prompt's own fault (a reward error, a 400 or plain 500), before it is dropped; failures during a dependency outage do not count")
     temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="Policy nucleus sampling mass")
     frozen_temperature: float = Field(0.0, ge=0, description="Frozen worker temperature (0: greedy, stable reward)")

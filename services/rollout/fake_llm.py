@@ -63,7 +63,7 @@ class FakeLLM:
     tok: TokenizerLike
     script: Script
     delay_s: float = 0.0  # added to every completion (the benchmark's fixed per-call latency)
-    weight_version: int | None = 0
+    weight_version: int | None = None  # like vLLM: not reported (ours reports the loaded version)
     record: bool = True  # keep every request in ``calls`` (off for long benchmark runs)
     requests: int = 0  # completion requests received over HTTP, failed ones included
     calls: list[FakeCall] = field(default_factory=list)

@@ -86,6 +86,9 @@ class TrainerSettings(ServiceSettings):
     # ---------------------------------------------------------------- publishing
     inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
     served_model: str = Field("policy", description="Model name of the full weights on the inference server")
+    server_check_s: float = Field(
+        2.0, ge=0, description="How often to ask the inference server which weights it serves; one that restarted "
+        "and lost them gets the last published version again (0: never ask)")
     sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
     sync_prompt: list[int] = Field([1, 2, 3, 4, 5, 6, 7, 8], description="Probe prompt token ids of the sync check")
     sync_tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")

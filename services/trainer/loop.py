@@ -36,6 +36,7 @@ from services.trainer.objective import Objective, finish
 from services.trainer.observe import Observer
 from services.trainer.publish import Publisher
 from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
+from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
@@ -60,6 +61,7 @@ class Trainer:
         self.patience = Patience(settings.dependency_timeout_s, self.stop)
         self.unacked: list[str] = []
         self.last_publish = None
+        self.watch: ServerWatch | None = None
         self.sync_diff: float | None = None
         self.steps_without_rl = 0  # consecutive steps (or skipped steps) in which no RL sample was trained
         self.ready = threading.Event()
@@ -112,6 +114,8 @@ class Trainer:
             self.reader = GroupReader(self.queue, self.state.covered, s.read_block_ms, check=group_check(vocab),
                                       patience=self.patience)
         self._sync_server()
+        self.watch = (ServerWatch(self.publisher, s.inference_url, s.server_check_s).start()
+                      if self.rank0 and s.inference_url and s.server_check_s > 0 else None)
         self.ready.set()
 
     def _sync_server(self) -> None:
@@ -150,6 +154,8 @@ class Trainer:
             self._checkpoint()
         if self.rank0:
             self.observer.close()
+        if self.watch is not None:
+            self.watch.close()
         return self.state
 
     def _train_on(self, entries: list[Entry[TrajectoryGroup]]) -> None:
@@ -212,8 +218,13 @@ class Trainer:
                                "steps_in_a_row": self.steps_without_rl})
 
     def _consumed(self) -> int:
-        """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``)."""
-        return consumed_groups(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
+        """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``).
+
+        The backlog a restart retrains is delivered but not yet taken: counting it would let the rollout start
+        groups at the resumed version that the retraining steps then leave more than ``max_staleness`` behind.
+        """
+        delivered = consumed_groups(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
+        return max(0, delivered - len(self.reader.backlog))
 
     def _checkpoint(self) -> None:
         self.state.covered = list(self.unacked)

@@ -10,6 +10,9 @@ admission mark (how many groups the trainer has taken) that lets the rollout sta
 N is reserved in Redis (``<version key>:reserved``) before the server sees the weights: a crash between the
 load and the announcement must not let a restarted trainer give the same number to other weights.
 
+A server that restarts comes back with its start-up weights. ``resend_if_lost`` (called by ``ServerWatch``
+every few seconds) notices and loads the last published folder again, under the same version.
+
 Every folder is written under a ``.tmp`` name and renamed when complete, so a reader (or a crash) never
 sees a half-written version. Under ZeRO-3 the parameters are gathered collectively; only rank 0 writes.
 """
@@ -20,6 +23,7 @@ import contextlib
 import os
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +92,10 @@ class Publisher:
         self.keep = keep
         self.served_model = served_model
         self.weights_stream = weights_stream
+        self.loaded: tuple[int, Path] | None = None  # the version (and its folder) last loaded into the server
+        # Held from a load to its announcement: a re-send never lands between another version's load and its
+        # announcement (it would put older weights back under the newer number).
+        self._lock = threading.Lock()
 
     def live_version(self) -> int | None:
         """The version Redis says is live (None when never published)."""
@@ -123,26 +131,25 @@ class Publisher:
         if self.redis is not None:
             self._reserve(version)
         name = model_name(version)
-        if self.client is not None:
-            if self.kind == "lora":
+        with self._lock:
+            if self.client is not None:
                 # Replace whatever holds this name: our own load before a restart, or a run whose Redis state
                 # was wiped while the server kept its adapters (a new name is a 404 no-op to unload).
-                self._load_adapter(name, path, replace=True)
-            else:
-                self.client.reload_weights(str(path.resolve()), version)
-        seconds = time.perf_counter() - start
-        event = WeightUpdate(version=version, kind=self.kind, model_name=name if self.kind == "lora" else self.served_model,
-                             path=str(path.resolve()), step=step, created_at=time.time(), publish_seconds=seconds)
-        if self.redis is not None and announce:
-            # One transaction: a crash can never leave the version key and the event stream disagreeing.
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.set(self.version_key, version)
-            pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
-            if consumed is not None:
-                pipe.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
-            pipe.execute()
-        elif consumed is not None:
-            self.mark(version, consumed)
+                self._load(self.client, version, path, replace=True)
+            seconds = time.perf_counter() - start
+            event = WeightUpdate(version=version, kind=self.kind,
+                                 model_name=name if self.kind == "lora" else self.served_model,
+                                 path=str(path.resolve()), step=step, created_at=time.time(), publish_seconds=seconds)
+            if self.redis is not None and announce:
+                # One transaction: a crash can never leave the version key and the event stream disagreeing.
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.set(self.version_key, version)
+                pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
+                if consumed is not None:
+                    pipe.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
+                pipe.execute()
+            elif consumed is not None:
+                self.mark(version, consumed)
         self._prune(version)
         log.info("weights published", extra={"version": version, "kind": self.kind, "seconds": round(seconds, 3)})
         return event
@@ -153,11 +160,33 @@ class Publisher:
         if current is None or int(current) < version:
             self.redis.set(self.reserved_key, version)
 
-    def _load_adapter(self, name: str, path: Path, replace: bool) -> None:
-        if replace:  # the server may still hold an adapter of this name from before our restart
-            with contextlib.suppress(InferenceError):
-                self.client.unload_lora(name)
-        self.client.load_lora(name, str(path.resolve()))
+    def resend_if_lost(self, client: SyncInferenceClient) -> bool:
+        """Load the last published version again if the server behind ``client`` no longer serves it (it
+        restarted with its start-up weights); True when it did."""
+        with self._lock:
+            if self.loaded is None:
+                return False
+            version, path = self.loaded
+            if self.kind == "lora":
+                if model_name(version) in {card.id for card in client.models()}:
+                    return False
+            elif (served := client.served_version()) is not None and served >= version:
+                return False
+            log.warning("the inference server lost the published weights (restarted?): loading them again",
+                        extra={"version": version, "kind": self.kind})
+            self._load(client, version, path, replace=False)
+            return True
+
+    def _load(self, client: SyncInferenceClient, version: int, path: Path, replace: bool) -> None:
+        if self.kind == "lora":
+            name = model_name(version)
+            if replace:  # the server may still hold an adapter of this name from before our restart
+                with contextlib.suppress(InferenceError):
+                    client.unload_lora(name)
+            client.load_lora(name, str(path.resolve()))
+        else:
+            client.reload_weights(str(path.resolve()), version)
+        self.loaded = (version, path)
 
     def _prune(self, version: int) -> None:
         """Unload adapters and delete folders of versions that fell out of the keep window."""

@@ -9,14 +9,20 @@ recursive reasoner's worker): its tokens are never trained.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
+
+from shared.log import get_logger
 
 if TYPE_CHECKING:  # aiohttp is needed only where the rollout builds that transport
     from shared.agents.aio_llm import AiohttpCompletions
     from shared.agents.tokenizer import TokenizerLike
     from shared.inference_client import InferenceClient
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,20 +102,41 @@ class PolicyState:
 
 
 class PolicyGenerator:
-    """The trained policy behind an ``InferenceClient``; reads ``state`` at every call."""
+    """The trained policy behind an ``InferenceClient``; reads ``state`` at every call.
 
-    def __init__(self, client: InferenceClient | AiohttpCompletions, state: PolicyState, sampling: Sampling = Sampling()) -> None:
+    A server that reports weights older than the live version restarted and lost them (the trainer loads a
+    version before announcing it, so a healthy server is never behind). Its tokens would be dropped as stale,
+    so the call is repeated until the trainer has loaded the weights again (it checks every few seconds), for
+    at most ``behind_wait_s``; then the tokens go out with the version that sampled them.
+    """
+
+    def __init__(self, client: InferenceClient | AiohttpCompletions, state: PolicyState, sampling: Sampling = Sampling(),
+                 behind_wait_s: float = 60.0, behind_retry_s: float = 0.5) -> None:
         self.client, self.state, self.sampling = client, state, sampling
+        self.behind_wait_s, self.behind_retry_s = behind_wait_s, behind_retry_s
+        self.behind = False  # the server was last seen serving older weights than the live version
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
-        version, model = self.state.version, self.state.model_name  # read once: one version per call
-        out = await self.client.complete(model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
-                                         temperature=self.sampling.temperature, top_p=self.sampling.top_p)
-        # Our server reports the base-weight version it sampled with; after a full reload that is the truth
-        # even if the reload landed while the request was queued. vLLM does not report it.
-        if out.weight_version is not None and model == self.state.base_model_name:
-            version = out.weight_version
-        return _generation(out.choices[0], version)
+        deadline = time.monotonic() + self.behind_wait_s
+        while True:
+            version, model = self.state.version, self.state.model_name  # read once: one version per call
+            out = await self.client.complete(model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
+                                             temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+            # Our server reports the base-weight version it sampled with; after a full reload that is the truth
+            # even if the reload landed while the request was queued. vLLM does not report it.
+            if out.weight_version is None or model != self.state.base_model_name:
+                return _generation(out.choices[0], version)
+            if out.weight_version >= version or time.monotonic() >= deadline:
+                if self.behind and out.weight_version >= version:
+                    self.behind = False
+                    log.info("the inference server serves the live weights again", extra={"version": version})
+                return _generation(out.choices[0], out.weight_version)
+            if not self.behind:
+                self.behind = True
+                log.warning("the inference server serves older weights than the live version (restarted?); "
+                            "waiting for the trainer to load them again",
+                            extra={"served": out.weight_version, "live": version})
+            await asyncio.sleep(self.behind_retry_s)
 
 
 class FrozenGenerator:

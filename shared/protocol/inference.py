@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # The worker-extension method the trainer calls through ``POST /collective_rpc`` for a full-weight reload;
 # ``shared/vllm_worker_extension.py`` implements it inside vLLM, our CPU server implements it natively.
 RELOAD_METHOD = "update_weights_from_path"
+# The method that asks which weight version is loaded (None from vLLM before its first reload): the trainer
+# polls it to notice a server that restarted and lost the published weights.
+INFO_METHOD = "coda_weight_info"
+
+# A prompt list is refused at its first bad item, not with an error per item: a 2 MB list of floats took
+# seconds to validate and made a 100 MB error.
+_TokenIds = Annotated[list[int], Field(fail_fast=True)]
 
 # vLLM's prefix for token strings when ``return_tokens_as_token_ids`` is set: "token_id:123".
 TOKEN_ID_PREFIX = "token_id:"
@@ -41,7 +48,7 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = Field(None, description="Served model or LoRA adapter name; None = the base model")
-    prompt: list[int] | list[list[int]] | str | list[str] = Field(
+    prompt: _TokenIds | Annotated[list[_TokenIds], Field(fail_fast=True)] | str | Annotated[list[str], Field(fail_fast=True)] = Field(
         description="Token ids (preferred: token-in/token-out), a batch of them, or text")
     max_tokens: int | None = Field(16, description="Tokens to generate at most (vLLM default 16)")
     n: int = Field(1, description="Completions per prompt")

@@ -32,6 +32,7 @@ MESSAGES = [
     protocol.SearchRequest(query="Where does Velkadar live?", max_turns=2),
     protocol.SearchResponse(summary="Orvale", trajectory=["<search> Velkadar </search>"], num_searches=1,
                              success=True),
+    protocol.AdmissionMark(version=3, consumed=12),
 ]
 
 
@@ -107,3 +108,10 @@ def test_decode_reports_what_is_wrong():
         decode(WeightUpdate, {b"data": b"\xc1"})
     with pytest.raises(ValueError, match="does not validate as WeightUpdate"):
         decode(WeightUpdate, encode(make_group()))
+
+
+@pytest.mark.parametrize("prompt", [[0.5] * 100_000, [[0.5] * 100_000], ["a", *[1] * 100_000]])
+def test_a_long_prompt_with_bad_items_is_refused_at_the_first_one(prompt):
+    with pytest.raises(ValidationError) as err:
+        protocol.CompletionRequest(prompt=prompt)
+    assert err.value.error_count() <= 8  # at most a couple per form the prompt may take, not one per item

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 
 import pytest
 
@@ -81,3 +82,53 @@ def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client, 
     events = [decode(WeightUpdate, f) for _, f in redis_client.xrange("weights")]
     assert [e.version for e in events] == [0, 1, 2, 10, 11, 12]
     assert [e.kind for e in events] == ["lora"] * 3 + ["full"] * 3
+
+
+@pytest.mark.parametrize("kind", ["full", "lora"])
+def test_a_restarted_server_gets_the_published_weights_again(tmp_path, redis_client, kind):
+    """The server restarts with its start-up weights (full) or without our adapters (LoRA); the trainer's
+    ServerWatch notices within its period and loads the last published version again, exactly."""
+    from services.inference.factory import build_tiny_model, read_texts
+    from services.trainer.server_watch import ServerWatch
+    from shared.redis_server import free_port
+
+    model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
+    port = free_port()
+    server, url = h.start_server(model, tmp_path, port=port)
+    watch = None
+    try:
+        with SyncInferenceClient(url) as llm:
+            llm.wait_ready(120)
+            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
+            eng = build_engine(settings, init_distributed())
+            pub = Publisher(eng.engine, str(tmp_path / "w"), kind, llm, redis_client, "weights", "policy:version",
+                            keep=2)
+            _step(eng, settings, random.Random(0), eng.lm.config.vocab_size)
+            event = pub.publish(3, step=1)
+            assert not pub.resend_if_lost(llm)  # the server serves it: nothing to do
+            server.terminate()
+            server.wait(30)
+            server, _ = h.start_server(model, tmp_path, port=port)
+            llm.wait_ready(120)
+            if kind == "full":
+                assert llm.served_version() == 0
+                tokens, theirs = server_sample(llm, event.model_name, PROMPT, 12)
+                assert max_abs_diff(eng, PROMPT, tokens, theirs) > 1e-3  # start-up weights: the check can fail
+            else:
+                assert event.model_name not in {m.id for m in llm.models()}
+            watch = ServerWatch(pub, url, every_s=0.2).start()
+            deadline = time.monotonic() + 30
+            while watch.resent == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert watch.resent == 1
+            if kind == "full":
+                assert llm.served_version() == 3
+            tokens, theirs = server_sample(llm, event.model_name, PROMPT, 12)
+            assert max_abs_diff(eng, PROMPT, tokens, theirs) <= 1e-4
+            time.sleep(0.6)  # several more checks: the weights are there now, nothing is sent again
+            assert watch.resent == 1
+    finally:
+        if watch is not None:
+            watch.close()
+        server.terminate()
+        server.wait(30)

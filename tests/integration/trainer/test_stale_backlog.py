@@ -53,3 +53,31 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     assert stats.pending == 0 and stats.lag == 0
     text = log.read_text()
     assert text.count("no RL sample trained in this step: all were stale") == 3
+
+
+@pytest.mark.slow
+def test_the_start_up_mark_leaves_out_the_backlog_a_restart_retrains(tmp_path, redis_client, redis_server):
+    """Groups delivered to a trainer that died before checkpointing them are trained again after the restart.
+    Until then they are not taken: a start-up mark counting them would let the rollout start groups at the
+    resumed version that the retraining steps leave a version further behind (dropped as stale)."""
+    rng = random.Random(4)
+    model = h.save_tiny_model(tmp_path / "model")
+    queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup)
+    for i in range(2 * PER_STEP):
+        queue.publish(h.random_group(rng, i))
+        redis_client.incr("rollout:published")
+    args = ["--model", str(model), "--redis-url", redis_server.url, "--groups-per-step", str(PER_STEP),
+            "--checkpoint-dir", str(tmp_path / "ckpt"), "--weights-dir", str(tmp_path / "w"),
+            "--log-dir", str(tmp_path / "logs"), "--port", "0", "--micro-batch-tokens", "48",
+            "--read-block-ms", "100", "--max-steps", "2"]
+    log = tmp_path / "trainer.log"
+    # Killed in its first step: one step's groups delivered, nothing checkpointed.
+    assert h.start_trainer(args, log, CODA_TRAINER_FAULT="mid_step:1").wait(180) == -9
+    # Restarted, and killed again in the first retraining step: the mark is the one written at start-up.
+    assert h.start_trainer(args, log, CODA_TRAINER_FAULT="mid_step:1").wait(180) == -9
+    mark = read_mark(redis_client)
+    assert (mark.version, mark.consumed) == (0, 0), log.read_text()[-3000:]
+    # Run to the end: the backlog and the next step trained, every group taken.
+    assert h.start_trainer(args, log).wait(180) == 0, log.read_text()[-3000:]
+    mark = read_mark(redis_client)
+    assert (mark.version, mark.consumed) == (2, 2 * PER_STEP)

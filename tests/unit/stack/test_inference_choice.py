@@ -37,3 +37,8 @@ def test_vllm_runs_the_stacks_launch_script_on_the_run_model(tmp_path):
 def test_a_missing_vllm_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="make vllm-cpu"):
         stack(tmp_path, inference="vllm", vllm_bin=str(tmp_path / "none")).inference_service()
+
+
+def test_the_trainer_gets_time_to_checkpoint_when_stopped(tmp_path):
+    assert stack(tmp_path).trainer_service().stop_grace_s == 120  # a 135M model's checkpoint outlasts 15 s
+    assert stack(tmp_path, trainer_stop_grace_s=300).trainer_service().stop_grace_s == 300
