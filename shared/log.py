@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Literal
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=`` and is printed as a field.
@@ -57,11 +58,14 @@ class JsonFormatter(logging.Formatter):
 QUIET_LIBRARIES = ("httpx", "httpcore")
 
 
-def configure_logging(level: str | None = None, fmt: LogFormat | None = None) -> None:
-    """Install the house format on the root logger; ``CODA_LOG_LEVEL`` / ``CODA_LOG_FORMAT`` override."""
+def configure_logging(level: str | None = None, fmt: LogFormat | None = None, path: Path | None = None) -> None:
+    """Install the house format on the root logger, to stderr or appended to ``path``;
+    ``CODA_LOG_LEVEL`` / ``CODA_LOG_FORMAT`` override."""
     level = (level or os.environ.get("CODA_LOG_LEVEL", "INFO")).upper()
     fmt = fmt or os.environ.get("CODA_LOG_FORMAT", "kv")  # type: ignore[assignment]
-    handler = logging.StreamHandler(sys.stderr)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.StreamHandler(sys.stderr) if path is None else logging.FileHandler(path)
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -19,6 +19,7 @@ from shared.retriever_client import AsyncRetrieverClient
 from shared.retry import RetryPolicy
 
 SEARCHING = {"search-r1", "coda", "red-coda", "tool-agent"}
+RETRIEVING = SEARCHING | {"thinker-searcher"}  # agents whose episodes reach the retriever (the searcher's)
 
 
 def load_tokenizer(spec: str) -> TokenizerLike:

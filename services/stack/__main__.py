@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from services.stack.config import StackSettings
 
@@ -25,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
     StackSettings.add_arguments(train)
+    which = train.add_mutually_exclusive_group()
+    which.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
+                       help="continue RUN (a run folder), or without RUN the newest unfinished run of the recipe "
+                            "(the default when there is one)")
+    which.add_argument("--new", action="store_true", help="start a new run even if an unfinished one exists")
     prep = sub.add_parser("prepare", help="compose's one-shot job: what `train` does before training, into the "
                                           "recipe's paths (runs/...), each step skipped when already done")
     StackSettings.add_arguments(prep)
@@ -51,26 +55,51 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval":
         return evaluate(args)
 
+    return train_command(args)
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """``train``: the run folder chosen (resumed or new), the logs into it, the terminal for progress only."""
+    import logging
+    from pathlib import Path
+
+    from services.stack import runs
+    from services.stack.progress import Display
     from services.stack.supervisor import ServiceFailed
     from services.stack.train import LocalStack
     from shared.log import configure_logging
 
-    configure_logging()
-    stack = LocalStack(args.recipe, StackSettings.from_args(args), say=say)
+    settings = StackSettings.from_args(args)
+    display = Display()
     try:
-        print(stack.run_all())
+        choice = runs.choose(Path(settings.run_root), args.recipe, resume=args.resume, new=args.new)
+    except FileNotFoundError as exc:
+        display.say(f"FAILED: {exc}")
+        return 2
+    # The stack's own log lines (services started, health, stops) go beside the services' logs; warnings
+    # (a service that died) show at the terminal too.
+    configure_logging(path=choice.folder / "logs" / "stack.log")
+    logging.getLogger().addHandler(display)
+    display.say(choice.why)
+    stack = LocalStack(args.recipe, settings, run=choice.folder, display=display)
+    try:
+        display.block(stack.run_all())
     except KeyboardInterrupt:
-        say("interrupted: every service was stopped")
+        display.keep()
+        display.say(f"interrupted: every service was stopped; the same command continues this run ({choice.folder})")
         return 130
     except (ServiceFailed, RuntimeError, FileNotFoundError) as exc:
-        say(f"FAILED: {exc}")
+        display.keep()
+        display.say(f"FAILED: {exc}")
         return 1
     return 0
 
 
 def say(message: str, who: str = "make train") -> None:
-    """A progress line of `make train` for the person at the terminal."""
-    print(f"[{who} {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    """A progress line for the person at the terminal."""
+    from services.stack.progress import Display
+
+    Display(who, live=False).say(message)
 
 
 def prepare(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ class StackSettings(ServiceSettings):
     model_config = service_config("CODA_STACK_")
     toml_section: ClassVar[str] = "stack"
 
-    run_root: str = Field("runs/train", description="Each run gets a fresh timestamped folder under this one")
+    run_root: str = Field("runs/train", description="Run folders live under this one (one per run, timestamped; "
+                                                    "`train` continues the recipe's newest unfinished run)")
     corpus: str = Field("data/lookup/corpus.jsonl", description="Corpus the retriever indexes (wiki-18 JSONL)")
     train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
     eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")

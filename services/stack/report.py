@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from services.stack.progress import Pace, pace_text
 
 # Metrics of the greedy eval shown side by side (those the eval reports; missing ones are left out).
 EVAL_METRICS = ("search_entity", "search_hit", "em", "f1")
@@ -53,14 +56,17 @@ def _window_mean(rows: list[dict], key: str, first: bool, width: int = 5) -> flo
     return sum(part) / len(part)
 
 
-def training_progress(log_file: Path, max_steps: int, elapsed_s: float) -> tuple[int, str]:
-    """(last step logged, a progress line)."""
+def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pace | None = None,
+                      now: float | None = None) -> tuple[int, str]:
+    """(last step logged, a progress line); with ``pace``: steps/s and the ETA too."""
     rows = read_log(log_file)
     if not rows:
         return 0, f"training: waiting for the first step ({elapsed_s:.0f}s)"
     last = rows[-1]
     step = int(last.get("step", len(rows)))
     parts = [f"step {step}/{max_steps or '∞'}", f"{elapsed_s:.0f}s"]
+    if pace is not None:
+        parts.append(pace_text(*pace.update(step, time.monotonic() if now is None else now)))
     for key in ("reward_mean", "reward/f1", "loss", "sft_loss", "red/sft_loss_weight"):
         if isinstance(last.get(key), int | float):
             parts.append(f"{key}={last[key]:.3f}")

@@ -1,16 +1,21 @@
 """A small process supervisor: start services in order, wait for their ``/health``, watch them, stop them all.
 
 Every child runs in its own process group with its output in a log file; when one dies unexpectedly the
-supervisor stops the rest and reports the tail of that log. Ctrl-C, SIGTERM and normal exit all stop the
-children (SIGTERM, then SIGKILL after a grace period), newest first. The grace is per service: the trainer
-writes a checkpoint when told to stop, which for a real model takes far longer than a web server's exit.
+supervisor stops the rest and reports the tail of that log. Ctrl-C, SIGTERM, SIGHUP (the terminal closed)
+and normal exit all stop the children (SIGTERM, then SIGKILL after a grace period), newest first. The grace
+is per service: the trainer writes a checkpoint when told to stop, which for a real model takes far longer
+than a web server's exit. A supervisor that dies without stopping them (SIGKILL, an OOM kill) still takes
+them along: on Linux each child asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so
+the trainer checkpoints and every service exits rather than training on under PID 1.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,7 +67,7 @@ class Supervisor:
         log.info("starting service", extra={"service": service.name, "cmd": " ".join(service.cmd),
                                             "log": str(service.log_path)})
         service.proc = subprocess.Popen(service.cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_die_with(os.getpid()))
         out.close()
         self.services.append(service)
         self.wait_healthy(service)
@@ -149,16 +154,38 @@ class Supervisor:
             pass
 
     def __enter__(self) -> Supervisor:
-        # SIGTERM behaves like Ctrl-C, so that ``__exit__`` runs and stops the children either way.
-        self._previous = signal.signal(signal.SIGTERM, _interrupt)
+        # SIGTERM and SIGHUP behave like Ctrl-C, so that ``__exit__`` runs and stops the children either way.
+        self._previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
         return self
 
     def __exit__(self, *exc) -> None:
         try:
             self.stop_all()
         finally:
-            signal.signal(signal.SIGTERM, self._previous)
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
 
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+_PR_SET_PDEATHSIG = 1
+# Loaded before any fork: the child between fork and exec may only make async-signal-safe calls.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """The child's pre-exec hook: SIGTERM when ``parent`` dies (Linux; elsewhere None, no hook).
+
+    The kernel sends it when the thread that forked the child exits: services are started from the
+    supervisor's main thread, which lives as long as the supervisor does."""
+    if _LIBC is None:
+        return None
+
+    def hook() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the request was made: nobody would send the signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook

@@ -1,9 +1,12 @@
 """``make train``: the embedded default, end to end on one machine with no GPU and no Docker.
 
-1. a tiny model (tokenizer trained on the task's text) and the retriever's index, built into a fresh run folder;
-2. Redis, retriever and inference (and the searcher when the recipe's agent needs one) as local processes;
+1. a tiny model (tokenizer trained on the task's text) and the retriever's index, built into the run folder
+   (a new one, or the recipe's unfinished run continued: ``services.stack.runs``);
+2. Redis, inference, and the retriever (when the agent searches) and searcher (when it needs one) as local
+   processes;
 3. SFT demonstrations from actually retrieved documents (for RED co-training), and a greedy eval at step 0;
-4. rollout + trainer until the trainer reaches ``max_steps``, with a progress line every few seconds;
+4. rollout + trainer until the trainer reaches ``max_steps`` (from its checkpoint when resumed), with the
+   phase, steps/s and ETA on a live line (``services.stack.progress``);
 5. the same greedy eval on the trained weights, and a summary table of both evals side by side.
 
 Steps 1–3 are ``prepare_all``, which compose's one-shot ``prepare`` job runs too (``python -m services.stack
@@ -15,18 +18,23 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.rollout.runtime import RETRIEVING
 from services.stack import prepare as steps
+from services.stack import runs
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout
+from services.stack.progress import Display, Pace
 from services.stack.report import EvalResult, read_eval, render_summary, training_progress
 from services.stack.supervisor import Service, Supervisor
 from services.stack.vllm import SERVE_COMMAND, serve_env
+from services.trainer.config import TrainerSettings
 from shared.log import get_logger
 from shared.redis_server import free_port
 from shared.settings import read_recipe
@@ -53,16 +61,18 @@ class LocalStack:
     """One run of a recipe with every service as a local process."""
 
     def __init__(self, recipe: str, settings: StackSettings, say: Callable[[str], None] = log.info,
-                 layout: Layout | None = None) -> None:
-        """``say`` receives the progress lines (the command prints them for the person at the terminal);
-        ``layout`` says where the model, index, demonstrations and evals go (default: inside the run folder)."""
-        self.say = say
+                 layout: Layout | None = None, run: Path | None = None, display: Display | None = None) -> None:
+        """``say`` receives the progress lines (``display``, the terminal's, takes them and a live line);
+        ``layout`` says where the model, index, demonstrations and evals go (default: inside the run folder);
+        ``run``: the run folder (default: a new one, see ``services.stack.runs``)."""
+        self.display = display
+        self.say = display.say if display else say
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
         self.agent = read_recipe(recipe).get("rollout", {}).get("agent", "search-r1")
-        self.max_steps = read_recipe(recipe).get("trainer", {}).get("max_steps", 0)
-        self.run = Path(settings.run_root) / time.strftime("%Y%m%d-%H%M%S")
-        self.run.mkdir(parents=True, exist_ok=True)
+        self.retrieves = self.agent in RETRIEVING
+        self.max_steps = TrainerSettings.load(recipe).max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
+        self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings)
         self.ports = Ports.free()
         self.started = time.time()
@@ -103,11 +113,24 @@ class LocalStack:
         return Service(name, [PY, "-m", *args], health_url=health, env={**self.env(recipe, tag), **env})
 
     # ---------------------------------------------------------------- phases
+    def status(self, message: str) -> None:
+        """The live line (a terminal's display); a plain progress line otherwise."""
+        if self.display is not None:
+            self.display.status(message, plain_every_s=self.settings.progress_every_s)
+        else:
+            self.say(message)
+
+    @property
+    def tick_s(self) -> float:
+        """How often waits update the progress: every second on a terminal, else ``progress_every_s``."""
+        return 1.0 if self.display is not None and self.display.live else self.settings.progress_every_s
+
     def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
         """Run a one-shot command under the supervisor; fail the run with its log if it fails."""
         started = time.time()
         service = sup.start(self.service(name, args, **env))
-        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s)
+        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s, tick_s=self.tick_s,
+                            on_tick=lambda: self.status(f"{name}: running, {time.time() - started:.0f}s"))
         if code != 0:
             raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
@@ -121,7 +144,7 @@ class LocalStack:
         self.say(f"run folder: {self.run}")
         self.prepare(sup)
         need_eval = L.tiny and not steps.has_eval(L, "step0")
-        need_sft = not steps.has_sft(L)
+        need_sft = self.retrieves and not steps.has_sft(L)
         if serving or need_sft or need_eval:
             self.start_servers(sup, redis=serving, inference=serving or need_eval)
         sft = self.make_sft(sup)
@@ -149,19 +172,23 @@ class LocalStack:
                 titles = self.run / "entity_tokens.txt"
                 titles.write_text(steps.entity_titles(L.corpus))
             self.job(sup, "make-tiny", steps.tiny_model_args(s, L.model, [L.corpus, s.train_qa, str(prompts)], titles))
-        if steps.has_index(L):
+        if not self.retrieves:
+            self.say(f"no index: the {self.agent} agent does not search")
+        elif steps.has_index(L):
             self.say(f"index {L.index} exists")
         else:
             self.job(sup, "index", steps.index_args(L))
 
     def start_servers(self, sup: Supervisor, searcher: bool | None = None, *, redis: bool = True,
                       inference: bool = True) -> None:
-        """Redis, retriever, inference, and the searcher when the agent needs it (or ``searcher=True``)."""
+        """Redis, inference, the retriever when the agent searches, the searcher when the agent needs it (or
+        ``searcher=True``)."""
         p = self.ports
         if redis:
             sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
                                              str(self.run / "redis")]))
-        sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
+        if self.retrieves or searcher:
+            sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
         if inference:
             sup.start(self.inference_service())
             if searcher or (searcher is None and self.agent == "thinker-searcher"):
@@ -182,9 +209,10 @@ class LocalStack:
                        startup_timeout_s=300)
 
     def make_sft(self, sup: Supervisor) -> Path | None:
-        """The demonstrations (None when ``[stack] sft`` is off), made unless they are there."""
+        """The demonstrations (None when ``[stack] sft`` is off or the agent does not search: they are
+        demonstrations of searching), made unless they are there."""
         out = self.layout.sft
-        if out is None:
+        if out is None or not self.retrieves:
             return None
         if steps.has_sft(self.layout):
             self.say(f"demonstrations {out} exist")
@@ -225,17 +253,17 @@ class LocalStack:
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
-        shown = {"step": -1, "at": 0.0}
+        pace = Pace(max_steps)
 
         def progress() -> None:
-            # A line per new step, or a heartbeat once a minute while a step is slow.
-            step, line = training_progress(log_file, max_steps, time.time() - start)
-            if step != shown["step"] or time.time() - shown["at"] > 60:
-                self.say(line)
-                shown.update(step=step, at=time.time())
+            self.status(training_progress(log_file, max_steps, time.time() - start, pace)[1])
 
-        code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
-                            tick_s=self.settings.progress_every_s)
+        try:
+            code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
+                                tick_s=self.tick_s)
+        finally:
+            if self.display is not None:
+                self.display.keep()
         if code != 0:
             raise RuntimeError(f"trainer exited with code {code}; last log lines:\n{trainer.tail()}")
         self.stop(sup, trainer, rollout)
@@ -246,9 +274,20 @@ class LocalStack:
         with Supervisor(self.run / "logs") as sup:
             sft, before = self.prepare_all(sup)
             self.say(f"step-0 eval: {before.headline()}")
+            if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
+                self.say(f"training resumes from the checkpoint of step {resumed}")
             self.train(sup, sft)
             after = self.evaluate(sup, "final")
+        runs.mark_finished(self.run)
         return render_summary(self.run, before, after, time.time() - self.started)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of the newest checkpoint in ``folder`` (None: none yet)."""
+    from services.trainer import checkpoint
+
+    latest = checkpoint.latest(folder)
+    return None if latest is None else int(json.loads((latest / "state.json").read_text())["step"])
 
 
 def prompt_text(repeats: int = 30) -> str:

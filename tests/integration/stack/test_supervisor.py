@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from services.stack.supervisor import Service, ServiceFailed, Supervisor
 from shared.redis_server import free_port
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def http_service(tmp_path, name="web") -> Service:
@@ -80,3 +86,44 @@ def test_each_service_gets_its_own_grace_and_the_wait_is_logged(tmp_path, caplog
     assert hasty.proc.returncode == -signal.SIGKILL  # the default grace (1 s) is shorter than its 3 s
     waits = [r for r in caplog.records if r.getMessage() == "waiting for service to stop"]
     assert waits and all(r.service == "trainer" for r in waits)
+
+
+SUPERVISOR = """
+import sys, time
+from services.stack.supervisor import Service, Supervisor
+with Supervisor(sys.argv[1]) as sup:
+    for name in ("web", "trainer"):
+        print(sup.start(Service(name, [sys.executable, "-c", "import time; time.sleep(600)"])).proc.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a parent that does not reap it counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=["SIGHUP", "SIGKILL"])
+def test_no_service_outlives_its_supervisor(tmp_path, sig):
+    """The terminal closed (SIGHUP) or the supervisor killed outright: its services go too, within seconds."""
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path / "logs")], cwd=REPO,
+                           stdout=subprocess.PIPE, text=True)
+    children: list[int] = []
+    try:
+        children += [int(sup.stdout.readline()) for _ in range(2)]
+        assert all(_alive(pid) for pid in children)
+        sup.send_signal(sig)
+        sup.wait(30)
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in children if _alive(pid)], f"left running after {sig.name}"
+    finally:
+        sup.kill()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

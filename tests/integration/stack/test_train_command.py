@@ -1,0 +1,79 @@
+"""``python -m services.stack train``: stopped with Ctrl-C and started again with the same command, the run
+continues from the trainer's checkpoint (steps and versions go on, no group is trained twice) and finishes;
+a recipe whose agent does not search starts no retriever."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from services.stack import runs
+from services.stack.report import read_log
+
+REPO = Path(__file__).resolve().parents[3]
+MAX_STEPS = 6
+
+
+def _train(root: Path, log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS=str(MAX_STEPS))
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "services.stack", "train", "--recipe", "configs/tiny-cpu.toml",
+                                 "--run-root", str(root), "--eval-limit", "4", "--progress-every-s", "2"],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_the_same_command_continues_the_run(tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "out.txt"
+    first = _train(root, out)
+    deadline = time.monotonic() + 600
+    while not (logs := list(root.glob("*/trainer/train.jsonl"))) or len(read_log(logs[0])) < 2:
+        assert first.poll() is None, out.read_text()[-3000:]
+        assert time.monotonic() < deadline, out.read_text()[-3000:]
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)  # Ctrl-C: the terminal signals the supervisor (its services have their own sessions)
+    assert first.wait(180) == 130, out.read_text()[-3000:]
+    run = logs[0].parents[1]
+    stopped_at = [r["step"] for r in read_log(logs[0])]
+    assert runs.unfinished(root, str((REPO / "configs/tiny-cpu.toml").resolve())) == [run]
+
+    second = _train(root, out)
+    assert second.wait(900) == 0, out.read_text()[-3000:]
+    text = out.read_text()
+    assert f"resuming the unfinished run {run}" in text
+    assert "training resumes from the checkpoint of step" in text
+    assert [p.parent for p in root.glob(f"*/{runs.RUN_FILE}")] == [run]  # no second run folder
+    steps = [r["step"] for r in read_log(logs[0])]
+    # The steps go on from where the first command stopped: one log, each step once, in order, to the end.
+    assert steps[:len(stopped_at)] == stopped_at and steps == list(range(1, MAX_STEPS + 1)), steps
+    state = json.loads(sorted((run / "checkpoints").glob("step-*"))[-1].joinpath("state.json").read_text())
+    assert state["step"] == MAX_STEPS and state["version"] >= MAX_STEPS
+    assert len(state["trained_groups"]) == len(set(state["trained_groups"])), "a group was trained twice"
+    assert json.loads((run / runs.RUN_FILE).read_text())["finished"]
+    assert "make train finished" in text and (run / "logs" / "stack.log").is_file()
+
+
+@pytest.mark.slow
+def test_an_agent_that_does_not_search_gets_no_index_and_no_retriever(tmp_path):
+    from services.stack.config import StackSettings
+    from services.stack.supervisor import Supervisor
+    from services.stack.train import LocalStack
+
+    recipe = "configs/recursive-reasoner.toml"  # a planner and a frozen worker: no search anywhere
+    said: list[str] = []
+    stack = LocalStack(recipe, StackSettings.load(recipe, run_root=str(tmp_path)), say=said.append)
+    with Supervisor(stack.run / "logs") as sup:
+        stack.prepare(sup)
+        stack.start_servers(sup)
+        assert [s.name for s in sup.services] == ["redis", "inference"]
+        assert stack.make_sft(sup) is None
+    assert not stack.layout.index.exists()
+    assert "no index: the recursive-reasoner agent does not search" in said
