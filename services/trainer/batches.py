@@ -15,6 +15,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from services.trainer.packing import TrainSeq
 from shared.log import get_logger
@@ -96,6 +97,17 @@ def sample_lag(sample: Sample, version: int) -> int:
     """How many versions behind ``version`` the oldest trained token of ``sample`` is (0 when none)."""
     oldest = sample.min_version()
     return 0 if oldest is None else max(0, version - oldest)
+
+
+def teaching(seqs: list[TrainSeq]) -> tuple[list[TrainSeq], int]:
+    """The sequences whose advantage is not 0, re-indexed, and how many were left out.
+
+    Without a KL or entropy term a sample with advantage 0 (every reward of its group equal, or its reward
+    exactly the group's mean) has no gradient: its forward and backward would cost as much as any other
+    sample's and teach nothing (DAPO's dynamic sampling leaves such groups out for the same reason).
+    """
+    kept = [s for s in seqs if any(a != 0.0 for a in s.fields["adv"])]
+    return [replace(s, index=i) for i, s in enumerate(kept)], len(seqs) - len(kept)
 
 
 def to_sequences(groups: list[TrajectoryGroup], advantages: dict[str, float], version: int,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint, faults
-from services.trainer.batches import GroupReader, group_check, to_sequences
+from services.trainer.batches import GroupReader, group_check, teaching, to_sequences
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
 from services.trainer.objective import Objective, finish
@@ -164,6 +164,9 @@ class Trainer:
         groups = [e.message for e in entries]
         adv, adv_result = trajectory_advantages(groups, mode=s.role_baseline, estimator=s.advantage)
         seqs, dropped = to_sequences(groups, adv, st.version, s.max_staleness, s.stale_policy)
+        skipped = 0
+        if s.skip_zero_advantage and s.kl_coef == 0 and s.entropy_coef == 0:
+            seqs, skipped = teaching(seqs)
         rows = [smp for g in groups for smp in g.samples]
         accuracy = planner_accuracy([smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
                                     [smp.role for smp in rows], s.red_accuracy_threshold)
@@ -176,7 +179,7 @@ class Trainer:
         st.dropped_stale += dropped
         st.trained_groups += [g.group_id for g in groups]
         self.unacked += [e.id for e in entries]
-        self._watch_rl(out, dropped, sum(1 for smp in rows if smp.num_trained_tokens))
+        self._watch_rl(out, dropped, sum(1 for smp in rows if smp.num_trained_tokens), skipped)
         if not out["tokens"]:
             # Nothing trained: the weights are unchanged, so neither the step count nor the version moves.
             # The groups are taken all the same (acked with the next checkpoint); the mark lets new ones start.
@@ -200,10 +203,16 @@ class Trainer:
             self.publisher.mark(st.version, self._consumed())
         if self.rank0:
             rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
+            rec["skipped_zero_advantage"] = skipped
             self.observer.record(rec)
 
-    def _watch_rl(self, out: dict, dropped: int, trainable: int) -> None:
-        """Make training on nothing loud: a warning per step without RL tokens, counters for the dashboard."""
+    def _watch_rl(self, out: dict, dropped: int, trainable: int, skipped: int = 0) -> None:
+        """Make training on nothing loud: a warning per step without RL tokens, counters for the dashboard.
+        A step whose RL samples all had advantage 0 is not that: they were fresh, they just taught nothing."""
+        if not out["rl_tokens"] and skipped and not dropped:
+            log.info("no RL sample had an advantage in this step: every group's rewards were equal",
+                     extra={"version": self.state.version, "skipped_zero_advantage": skipped})
+            return
         if out["rl_tokens"]:
             if self.steps_without_rl:
                 log.info("RL samples trained again", extra={"after_steps": self.steps_without_rl})
@@ -214,8 +223,8 @@ class Trainer:
             self.observer.without_rl(trained=bool(out["tokens"]), dropped=dropped)
             log.warning("no RL sample trained in this step" + (": all were stale" if dropped else ""),
                         extra={"version": self.state.version, "trainable_samples": trainable,
-                               "dropped_stale": dropped, "sft_tokens": int(out.get("sft_tokens", 0)),
-                               "steps_in_a_row": self.steps_without_rl})
+                               "dropped_stale": dropped, "skipped_zero_advantage": skipped,
+                               "sft_tokens": int(out.get("sft_tokens", 0)), "steps_in_a_row": self.steps_without_rl})
 
     def _consumed(self) -> int:
         """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``).

@@ -167,12 +167,13 @@ class Pipeline:
                         published=self.status("rollout")["published"])
 
     def wait_rl_steps(self, n: int, since: int, timeout_s: float, what: str) -> list[dict]:
-        """Wait for ``n`` steps logged after record ``since`` that trained RL tokens; returns those rows."""
+        """Wait for ``n`` steps logged after record ``since`` that took RL samples fresh enough to train:
+        trained (RL tokens) or judged to teach nothing (advantage 0, skipped); returns those rows."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.check_alive()
             rows = self.rows()[since:]
-            rl = [r for r in rows if r.get("rl_tokens", 0) > 0]
+            rl = [r for r in rows if r.get("rl_tokens", 0) > 0 or r.get("skipped_zero_advantage", 0) > 0]
             if len(rl) >= n:
                 return rl
             if time.monotonic() > deadline:

