@@ -6,8 +6,10 @@ on this project's 2-core host against the fake LLM (64 requests in flight, uvloo
 CPU per request (its pool scans every pooled connection on each request) and aiohttp about 0.8 ms, which
 decides how many episodes one rollout process can keep in flight (``bench/rollout.py``).
 
-Retries follow ``shared.retry``: 5xx, 429, timeouts and connection errors with exponential backoff; any
-other 4xx raises ``InferenceError`` at once.
+Retries follow ``shared.retry``: 5xx, 429 and connection errors with exponential backoff; any other 4xx
+raises ``InferenceError`` at once. A timeout is not retried: the server has the request and is still working
+on it (a loaded CPU server can take minutes), and sending it again would double the work the wait was for;
+the caller decides (the rollout treats it as an outage of the server and holds new groups).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from shared.retry import RetryPolicy
 log = get_logger(__name__)
 
 TRANSIENT = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+
+
+def _sent(exc: BaseException) -> bool:
+    """A timeout after the request went out (not while connecting): the server is working on it."""
+    return isinstance(exc, asyncio.TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError)
 
 
 def _message(text: str) -> str:
@@ -71,7 +78,7 @@ class AiohttpCompletions:
                 log.warning("inference server error, retrying", extra={"status": response.status,
                                                                        "attempt": attempt + 1})
             except TRANSIENT as exc:
-                if last:
+                if last or _sent(exc):
                     raise
                 log.warning("inference transport error, retrying", extra={"error": repr(exc)[:200],
                                                                           "attempt": attempt + 1})
