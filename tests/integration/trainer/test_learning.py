@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from shared.admission import read_mark
 from shared.inference_client import SyncInferenceClient
 from shared.protocol import Sample, TrajectoryGroup
 from shared.stream import StreamQueue
@@ -60,6 +61,19 @@ def _group(llm: SyncInferenceClient, prompt: list[int], target: int, round_: int
                            samples=samples, created_at=time.time())
 
 
+def _wait_taken(redis_client, published: int, proc, timeout: float) -> None:
+    """Until the trainer's admission mark says it has taken ``published`` groups: the step they made (if they
+    taught anything: groups of equal rewards are skipped and make no step) is then on the server."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        mark = read_mark(redis_client)
+        if mark is not None and mark.consumed >= published:
+            return
+        assert proc.poll() is None, "trainer exited"
+        time.sleep(0.01)
+    raise TimeoutError(f"the trainer did not take {published} groups")
+
+
 def _wait_version(redis_client, above: int, proc, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -87,7 +101,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
     try:
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
-            version = _wait_version(redis_client, -1, trainer, 120)  # the trainer is up and published v0
+            _wait_version(redis_client, -1, trainer, 120)  # the trainer is up and published v0
             prompts = _prompts(random.Random(0), json.loads((model / "config.json").read_text())["vocab_size"])
             target, expected = _pick_target(llm, model, prompts, eos)
             queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup)
@@ -97,9 +111,10 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
                 history.append(sum(s.reward for g in groups for s in g.samples) / (GROUPS * N))
                 if len(history) >= 2 and min(history[-2:]) >= TARGET_REWARD:
                     break
-                for g in groups:
+                for g in groups:  # as the rollout does: the group, then the published count
                     queue.publish(g)
-                version = _wait_version(redis_client, version, trainer, 60)
+                    redis_client.incr("rollout:published")
+                _wait_taken(redis_client, GROUPS * len(history), trainer, 60)
         elapsed = time.monotonic() - start
         log = (tmp_path / "trainer.log").read_text()[-3000:]
         print(f"target {target} (initial probability {expected:.4f}); reward per round {history}; "
@@ -110,9 +125,9 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
         diffs = [r["sync_max_abs_diff"] for r in records if "sync_max_abs_diff" in r]
         assert len(diffs) == len(records) and max(diffs) <= 1e-4, diffs
         assert all(abs(r["mismatch_kl_k3"]) < 1e-6 for r in records)  # on-policy: trainer == sampler logprobs
-        assert (tmp_path / "logs" / "rewards.png").is_file() or len(records) < 10
-        trainer.terminate()  # SIGTERM: finish the step, checkpoint, ack, exit 0
+        trainer.terminate()  # SIGTERM: finish the step, checkpoint, ack, draw the plots, exit 0
         assert trainer.wait(60) == 0, log
+        assert (tmp_path / "logs" / "rewards.png").is_file()
         consumer = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="probe")
         assert consumer.stats().pending == 0
     finally:
