@@ -92,6 +92,9 @@ class RolloutSettings(ServiceSettings):
     # ------------------------------------------------------------ eval
     eval_output: str = Field("runs/eval", description="Folder of eval JSON results")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many prompts")
+    eval_policy: Literal["live", "base"] = Field(
+        "live", description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
+                            "found on the weights stream; base: model_name as served (also when Redis is down)")
 
     def budgets(self) -> dict[str, Budget]:
         main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)

@@ -11,10 +11,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import redis
+
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, search_metrics
+from services.rollout.weights import WeightFollower
 from shared.agents import run_episode
+from shared.agents.llm import PolicyState
 from shared.datasets import PromptRecord, load_prompts, select_split
 from shared.log import get_logger
 
@@ -26,6 +30,10 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
     rows: list[dict] = []
 
     async with agent_context(settings, greedy=True, tok=tok) as ctx:
+        if settings.eval_policy == "live":
+            await follow_live_policy(settings, ctx.policy.state)
+        model = ctx.policy.state.model_name
+
         async def one(record: PromptRecord) -> None:
             async with limit:
                 episode = None
@@ -41,7 +49,21 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                          **answer_metrics(settings.agent, record, answer), **search_metrics(record, episode)})
 
         await asyncio.gather(*(one(r) for r in records))
-    return summarise(rows)
+    return {**summarise(rows), "model": model}
+
+
+async def follow_live_policy(settings: RolloutSettings, state: PolicyState) -> None:
+    """Point ``state`` at the policy the trainer last published (a LoRA run's is an adapter, not the served
+    base model). Without Redis, or before the first publish, the base model is evaluated; the log says which."""
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        await WeightFollower(client, state, stream=settings.weights_stream, version_key=settings.version_key).start()
+    except redis.RedisError as exc:
+        log.warning("Redis unreachable: evaluating the served base model, not the trained policy",
+                    extra={"model": state.model_name, "error": repr(exc)[:200]})
+    finally:
+        client.close()
+    log.info("evaluating", extra={"model": state.model_name, "version": state.version})
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -76,7 +98,7 @@ def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     start = time.time()
     result = asyncio.run(evaluate(settings, records))
     result.update(recipe=settings.agent, dataset=settings.dataset, split=settings.split,
-                  model=settings.model_name, seconds=round(time.time() - start, 2))
+                  seconds=round(time.time() - start, 2))
     out = Path(settings.eval_output)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{settings.agent}-{settings.split}-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -35,3 +35,20 @@ def test_eval_command_prints_the_table(fake_llm, make_settings, tmp_path, capsys
     assert len(written) == 1
     assert format_table(json.loads(written[0].read_text())) in out
     assert "| lookup | 4 |" in out and "4 prompts, 0 failed" in out and str(written[0]) in out
+
+
+def test_eval_evaluates_the_adapter_the_trainer_published(fake_llm, make_settings, redis_client, tmp_path):
+    """A LoRA run's trained policy is an adapter: the eval finds it on the weights stream instead of
+    evaluating the untouched base model (which made a trained LoRA run look like it learned nothing)."""
+    from shared.stream import encode
+    from tests.factories import make_weight_update
+
+    fake_llm.loras["policy-v3"] = "/weights/v3"
+    redis_client.xadd("weights", encode(make_weight_update(3)))
+    settings = make_settings(fake_llm.url, agent="search-r1", split="test", dataset="bundled:lookup-test",
+                             eval_limit=3, eval_output=str(tmp_path))
+    _, result = run_eval(settings)
+    assert result["model"] == "policy-v3" and result["failed"] == 0
+    assert {c.model for c in fake_llm.calls} == {"policy-v3"}
+    _, base = run_eval(settings.model_copy(update={"eval_policy": "base"}))
+    assert base["model"] == "policy"
