@@ -53,8 +53,8 @@ test-fast: setup  ## unit tests only
 test-faults: setup  ## fault injection: trainer, Redis, inference, retriever killed under a real pipeline (~6 min)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m faults tests/faults
 
-train: setup  ## the embedded default: local services, tiny model, bundled data (RECIPE=smol-cpu: the real model; continues an unfinished run, ARGS=--new starts over)
-	$(PY) -m services.stack train --recipe configs/$(or $(RECIPE),tiny-cpu).toml $(ARGS)
+train: setup  ## the embedded default: local services, SmolLM2-135M-Instruct, bundled data (RECIPE=tiny-cpu: a tiny model from scratch; continues an unfinished run, ARGS=--new starts over)
+	$(PY) -m services.stack train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
 
 # ---------------------------------------------------------------- docker compose (GPU hosts; PROFILE=cpu on a laptop)
 PROFILE ?= gpu
