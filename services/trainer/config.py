@@ -64,8 +64,9 @@ class TrainerSettings(ServiceSettings):
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
     entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
     skip_zero_advantage: bool = Field(
-        True, description="Leave samples with advantage 0 out of the step (no gradient without a KL or entropy "
-                          "term; counted as skipped_zero_advantage)")
+        False, description="Leave samples with advantage 0 out of the step (no gradient without a KL or entropy "
+                           "term; counted as skipped_zero_advantage). A batch left with nothing to train makes "
+                           "no step: without demonstrations a run whose rewards are all equal then makes none")
     is_mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
         "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)")
     is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
