@@ -268,6 +268,11 @@ class LocalStack:
         try:
             code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
                                 tick_s=self.tick_s)
+        except BaseException:
+            # A run that failed or timed out leaves no trainer or rollout behind (they would hold their ports
+            # and write into the next run's Redis).
+            self.stop(sup, rollout, trainer)
+            raise
         finally:
             if self.display is not None:
                 self.display.keep()
