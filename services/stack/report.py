@@ -56,8 +56,7 @@ def _window_mean(rows: list[dict], key: str, first: bool, width: int = 5) -> flo
     return sum(part) / len(part)
 
 
-def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pace | None = None,
-                      now: float | None = None) -> tuple[int, str]:
+def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pace | None = None) -> tuple[int, str]:
     """(last step logged, a progress line); with ``pace``: steps/s and the ETA too."""
     rows = read_log(log_file)
     if not rows:
@@ -66,7 +65,7 @@ def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pa
     step = int(last.get("step", len(rows)))
     parts = [f"step {step}/{max_steps or '∞'}", f"{elapsed_s:.0f}s"]
     if pace is not None:
-        parts.append(pace_text(*pace.update(step, time.monotonic() if now is None else now)))
+        parts.append(pace_text(*pace.update(step, time.monotonic())))
     for key in ("reward_mean", "reward/f1", "loss", "sft_loss", "red/sft_loss_weight"):
         if isinstance(last.get(key), int | float):
             parts.append(f"{key}={last[key]:.3f}")

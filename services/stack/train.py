@@ -18,7 +18,6 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -307,7 +306,7 @@ def checkpoint_step(folder: Path) -> int | None:
     from services.trainer import checkpoint
 
     latest = checkpoint.latest(folder)
-    return None if latest is None else int(json.loads((latest / "state.json").read_text())["step"])
+    return None if latest is None else checkpoint.TrainState.from_json((latest / "state.json").read_text()).step
 
 
 def prompt_text(repeats: int = 30) -> str:
