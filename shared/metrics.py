@@ -22,10 +22,6 @@ from prometheus_client import (
 HTTP_REQUESTS = "coda_http_requests_total"
 HTTP_LATENCY = "coda_http_request_seconds"
 SERVICE_INFO = "coda_service_info"
-QUEUE_DEPTH = "coda_queue_depth"
-QUEUE_LAG = "coda_queue_lag"
-QUEUE_PENDING = "coda_queue_pending"
-QUEUE_DEAD_LETTERS = "coda_queue_dead_letters_total"
 POLICY_VERSION = "coda_policy_version"
 
 # Latency buckets from 1 ms to 60 s: retrieval batches sit at the low end, episodes at the high end.

@@ -78,8 +78,7 @@ class Trainer:
         self.ref = load_reference(s, self.device, param_dtype(s, self.device))
         self.objective = Objective(s)
         self.red_cfg = REDConfig(mode=s.red_mode, g=s.red_g, sft_coef=s.sft_coef, ema_decay=s.red_ema_decay,
-                                 delta=s.red_delta, accuracy_aware=s.red_accuracy_aware,
-                                 accuracy_threshold=s.red_accuracy_threshold, floor=s.red_floor)
+                                 delta=s.red_delta, accuracy_aware=s.red_accuracy_aware, floor=s.red_floor)
         self.sft = SftData(s.sft_data) if s.sft_data and s.red_mode != "grpo_only" else None
         self.redis = self.queue = self.reader = None
         client = None

@@ -3,7 +3,7 @@
 Modules: ``answer`` (EM/F1 rewards and the 6·F1−3 mapping), ``format`` (per-tag score, strict sequence
 validator), ``retrieval`` (refine, information reverse-rank, MRR), ``similarity`` (embedding cosine,
 subproblem independence), ``efficiency`` (token efficiency, length penalty, think fraction),
-``planner_json`` (tolerant JSON-plan parsing), ``judge`` (LLM judge), ``recipes`` (one reward per recipe),
+``planner_json`` (tolerant JSON-plan parsing), ``recipes`` (one reward per recipe),
 ``combine`` (reward combination inside a prompt group). Answer normalisation lives in ``shared.answers``.
 Every recipe reward returns a ``RewardResult``: the scalar and its named components.
 """

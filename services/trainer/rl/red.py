@@ -36,7 +36,6 @@ class REDConfig:
     ema_decay: float = 0.99
     delta: DeltaKind = "relative"
     accuracy_aware: bool = True
-    accuracy_threshold: float = 0.0
     floor: float | None = None
     eps: float = 1e-8
 

@@ -117,10 +117,8 @@ def container_ports(service: dict[str, Any]) -> list[int]:
     return out
 
 
-def settings_class(service: str) -> type[ServiceSettings] | None:
-    """The one ServiceSettings subclass in ``services/<service>/config.py``; None if it is not written yet."""
-    if not (ROOT / "services" / service / "config.py").is_file():
-        return None
+def settings_class(service: str) -> type[ServiceSettings]:
+    """The one ServiceSettings subclass in ``services/<service>/config.py``."""
     module = importlib.import_module(f"services.{service}.config")
     classes = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
                if issubclass(obj, ServiceSettings) and obj is not ServiceSettings
@@ -180,8 +178,6 @@ def cli_flags(service: str) -> set[str]:
     for node in ast.walk(_cli_tree(service)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
             flags.update(a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--"))
-    cls = settings_class(service)
-    if cls is not None:
-        flags.update("--" + name.replace("_", "-") for name in cls.model_fields)
-        flags.add("--recipe")
+    flags.update("--" + name.replace("_", "-") for name in settings_class(service).model_fields)
+    flags.add("--recipe")
     return flags

@@ -58,12 +58,11 @@ def _built_from(service: dict) -> str | None:
     return build["dockerfile"].removeprefix("Dockerfile.") if build else None
 
 
-def _port_of(name: str, service: dict) -> int | None:
-    """The port a service listens on: its settings default (None: class not written yet), or vLLM's --port."""
+def _port_of(name: str, service: dict) -> int:
+    """The port a service listens on: its settings default, or vLLM's --port."""
     folder = _built_from(service)
     if folder:
-        cls = settings_class(folder)
-        return None if cls is None else cls.model_fields["port"].default
+        return settings_class(folder).model_fields["port"].default
     flags = [a for a in service.get("command", []) if isinstance(a, str) and a.startswith("--port=")]
     return int(flags[0].split("=", 1)[1]) if flags else container_ports(service)[0]
 
@@ -139,7 +138,7 @@ def test_each_profile_set_is_complete_and_every_url_reaches_a_running_service(pr
             host, port = match.group(1), int(match.group(2))
             assert host in hosts, f"{name}.{key}={value}: no service {host} under profiles {profiles}"
             target = hosts[host]
-            if target != "redis" and _port_of(target, services[target]) is not None:
+            if target != "redis":
                 assert port == _port_of(target, services[target]), f"{name}.{key}: {target} listens elsewhere"
 
 
@@ -225,8 +224,7 @@ def interpolate_default(text: str) -> str:
 
 def test_coda_env_vars_name_real_settings_fields(monkeypatch):
     """CODA_<SERVICE>_<FIELD>: the prefix is a service's, the field exists, and the value validates."""
-    classes = {env_prefix(cls): cls for s in SERVICES if (cls := settings_class(s))}
-    missing = [s for s in SERVICES if settings_class(s) is None]
+    classes = {env_prefix(cls): cls for cls in map(settings_class, SERVICES)}
     checked = 0
     for name, service in compose()["services"].items():
         env = service_environment(service)
@@ -235,10 +233,7 @@ def test_coda_env_vars_name_real_settings_fields(monkeypatch):
             if not key.startswith("CODA_") or key in ("CODA_RECIPE", "CODA_LOG_FORMAT", "CODA_LOG_LEVEL"):
                 continue
             prefix = next((p for p in classes if key.startswith(p)), None)
-            if prefix is None:
-                service_name = key.split("_")[1].lower()
-                assert service_name in missing, f"{name}: {key} matches no service's env prefix"
-                continue
+            assert prefix is not None, f"{name}: {key} matches no service's env prefix"
             field = key[len(prefix):].lower().split("__", 1)[0]
             assert field in classes[prefix].model_fields, f"{name}: {key} is not a field of {classes[prefix]}"
             by_class.setdefault(classes[prefix], {})[key] = value
@@ -251,26 +246,19 @@ def test_coda_env_vars_name_real_settings_fields(monkeypatch):
                 monkeypatch.delenv(key)
             checked += len(values)
     assert checked >= 10
-    if missing:
-        pytest.skip(f"settings classes not written yet, their env vars unchecked: {missing}")
 
 
 def test_ports_agree_with_the_settings_classes():
-    services, missing = compose()["services"], []
+    services = compose()["services"]
     for name, service in services.items():
         folder = _built_from(service)
         if not folder or service.get("restart") == "no":
             continue
         port = _port_of(name, service)
-        if port is None:
-            missing.append(name)
-            continue
         assert container_ports(service) == [port], f"{name} publishes {container_ports(service)}, listens on {port}"
     # vLLM takes the CPU server's place under the same URL, so it listens on the inference port.
     assert _port_of("policy", services["policy"]) == settings_class("inference").model_fields["port"].default
     assert container_ports(services["policy"]) == container_ports(services["policy-cpu"])
-    if missing:
-        pytest.skip(f"settings classes not written yet, ports unchecked: {missing}")
 
 
 def test_prometheus_scrapes_every_service_where_it_listens():

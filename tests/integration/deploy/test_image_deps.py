@@ -1,9 +1,10 @@
 """Each image installs only its service's extra: everything that service can import must be in it.
 
 Imports are followed statically from ``services/<name>/__main__.py`` through ``services.<name>.*`` and
-``shared.*`` (imports inside functions included: a lazy import still runs in the container). Third-party
-modules are mapped to their distributions with ``importlib.metadata`` and compared with the base
-dependencies plus the extra, as ``deploy/docker/requirements.py`` resolves them for the Dockerfile.
+``shared.*``: imports inside functions are included (a lazy import still runs in the container), those under
+``if TYPE_CHECKING:`` are not (they never run). Third-party modules are mapped to their distributions with
+``importlib.metadata`` and compared with the base dependencies plus the extra, as
+``deploy/docker/requirements.py`` resolves them for the Dockerfile.
 """
 
 from __future__ import annotations
@@ -40,12 +41,29 @@ def _module_path(name: str):
     return None
 
 
+def _type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports for annotations only, never run."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` (their ``else`` does run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        children = node.orelse if _type_checking(node) else list(ast.iter_child_nodes(node))
+        todo.extend(children)
+
+
 def _imports(path) -> set[str]:
     tree = ast.parse(path.read_text())
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts)
     package = package.removesuffix(".__init__") if path.name == "__init__.py" else package.rpartition(".")[0]
     out = set()
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

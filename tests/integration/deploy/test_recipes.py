@@ -31,7 +31,7 @@ def _load_all(path, monkeypatch) -> dict[str, object]:
     for key in list(os.environ):
         if key.startswith("CODA_"):
             monkeypatch.delenv(key)
-    return {s: cls.load(recipe=path) for s in READERS if (cls := settings_class(s))}
+    return {s: settings_class(s).load(recipe=path) for s in READERS}
 
 
 def test_every_recipe_of_the_issue_is_shipped():
@@ -40,22 +40,16 @@ def test_every_recipe_of_the_issue_is_shipped():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_with_every_service(path, monkeypatch):
-    sections = {cls.toml_section for s in READERS if (cls := settings_class(s))}
-    missing = [s for s in READERS if settings_class(s) is None]
-    unknown = set(_table(path)) - sections - set(missing)
+    sections = {settings_class(s).toml_section for s in READERS}
+    unknown = set(_table(path)) - sections
     assert not unknown, f"{path.name}: tables no service reads: {sorted(unknown)}"
-    loaded = _load_all(path, monkeypatch)
-    assert loaded, "no settings class to load the recipe with"
-    if missing:
-        pytest.skip(f"settings classes not written yet, their sections unchecked: {missing}")
+    assert set(_load_all(path, monkeypatch)) == set(READERS)
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_services_of_one_recipe_agree(path, monkeypatch):
     s = _load_all(path, monkeypatch)
-    rollout, trainer, inference, searcher = (s.get(k) for k in ("rollout", "trainer", "inference", "searcher"))
-    if rollout is None or trainer is None:
-        pytest.skip("rollout or trainer settings not written yet")
+    rollout, trainer, inference, searcher = (s[k] for k in ("rollout", "trainer", "inference", "searcher"))
     assert rollout.groups_per_step == trainer.groups_per_step, "rollout and trainer disagree on the step size"
     assert rollout.max_staleness == trainer.max_staleness, "rollout admits what the trainer would drop"
     assert trainer.temperature == rollout.temperature, "the trainer must score tokens at the sampling temperature"
@@ -63,14 +57,13 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
         assert rollout.agent == AGENTS[path.stem]
     if path.stem in ("red-coda", "red-coda-ablation-fixed-sft", "red-coda-ablation-full-red"):
         assert trainer.sft_data, "RED co-training needs demonstrations"
-    if inference is not None:
-        assert rollout.model_name == (inference.served_model_name or inference.model)
-        if trainer.finetune == "lora":
-            assert trainer.lora_rank <= inference.max_lora_rank, "the server would refuse the adapter"
-            assert trainer.keep_weights <= inference.max_loras, "more adapters kept than the server holds"
-        if path.stem == "tiny-cpu":  # the one recipe whose CPU server serves the trained model itself
-            assert trainer.model == inference.model == rollout.tokenizer
-    if searcher is not None and rollout.agent == "thinker-searcher":
+    assert rollout.model_name == (inference.served_model_name or inference.model)
+    if trainer.finetune == "lora":
+        assert trainer.lora_rank <= inference.max_lora_rank, "the server would refuse the adapter"
+        assert trainer.keep_weights <= inference.max_loras, "more adapters kept than the server holds"
+    if path.stem == "tiny-cpu":  # the one recipe whose CPU server serves the trained model itself
+        assert trainer.model == inference.model == rollout.tokenizer
+    if rollout.agent == "thinker-searcher":
         assert rollout.searcher_url.endswith(f":{searcher.port}")
 
 
@@ -106,18 +99,15 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         served[name] = flags
     for path in RECIPES:
         s = _load_all(path, monkeypatch)
-        if "rollout" not in s or "trainer" not in s:
-            pytest.skip("rollout or trainer settings not written yet")
         rollout, trainer = s["rollout"], s["trainer"]
         assert rollout.model_name == served["policy"]["served-model-name"], path.name
         assert trainer.served_model == served["policy"]["served-model-name"], path.name
-        if "searcher" in s:
-            assert s["searcher"].model_name in (served["policy"]["served-model-name"],
-                                                served["searcher-llm"]["served-model-name"]), path.name
+        assert s["searcher"].model_name in (served["policy"]["served-model-name"],
+                                            served["searcher-llm"]["served-model-name"]), path.name
         max_model_len = int(served["policy"]["max-model-len"])
         assert rollout.max_context_tokens <= max_model_len, f"{path.name}: episodes longer than vLLM's context"
-        if "inference" in s:  # the CPU server reports logprobs the way compose's vLLM does
-            assert s["inference"].logprobs_mode == served["policy"]["logprobs-mode"], path.name
+        # The CPU server reports logprobs the way compose's vLLM does.
+        assert s["inference"].logprobs_mode == served["policy"]["logprobs-mode"], path.name
         if trainer.finetune == "lora":
             assert trainer.lora_rank <= int(served["policy"]["max-lora-rank"]), path.name
             assert trainer.keep_weights <= int(served["policy"]["max-loras"]), path.name
