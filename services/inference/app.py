@@ -1,8 +1,9 @@
 """The inference server: vLLM's OpenAI-compatible routes (the subset the stack uses) over the batching engine.
 
 Routes: ``POST /v1/completions``, ``GET /v1/models``, ``POST /v1/load_lora_adapter``,
-``POST /v1/unload_lora_adapter``, ``POST /collective_rpc`` (method ``update_weights_from_path``), plus the
-house ``/health`` and ``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``.
+``POST /v1/unload_lora_adapter``, ``POST /collective_rpc`` (method ``update_weights_from_path``), vLLM's
+dev-mode ``/pause``, ``/resume``, ``/is_paused`` and ``/reset_prefix_cache``, plus the house ``/health`` and
+``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``.
 """
 
 from __future__ import annotations
@@ -229,8 +230,13 @@ def _weight_routes(app: FastAPI) -> None:
     async def is_paused() -> JSONResponse:
         return JSONResponse({"is_paused": app.state.server.engine.paused})
 
-    @app.post("/reset_prefix_cache", tags=["vllm"], summary="No-op here: this server keeps no prefix cache")
+    @app.post("/reset_prefix_cache", tags=["vllm"], summary="Forget every cached prefix (the KV of past prompts)",
+              description="Requests already decoding keep their own KV; later prompts prefill from scratch until "
+                          "the cache fills again.")
     async def reset_prefix_cache() -> JSONResponse:
+        server: Server = app.state.server
+        # On the engine thread, between steps: that thread reads and fills the cache while it decodes.
+        await server.run_op(server.engine.prefix.clear)
         return JSONResponse({})
 
     @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path, coda_weight_info")

@@ -167,11 +167,15 @@ def test_models_health_metrics(client, server_url):
         assert name in text
 
 
+def _prefix_hit_tokens(server_url: str) -> float:
+    lines = httpx.get(f"{server_url}/metrics").text.splitlines()
+    return float(next(line.split()[-1] for line in lines
+                      if line.startswith("coda_inference_prefix_cache_hit_tokens_total ")))
+
+
 def test_multi_turn_prompts_reuse_cached_kv_with_exact_logprobs(client, reference, server_url):
     def hit_tokens() -> float:
-        lines = httpx.get(f"{server_url}/metrics").text.splitlines()
-        return float(next(line.split()[-1] for line in lines
-                          if line.startswith("coda_inference_prefix_cache_hit_tokens_total ")))
+        return _prefix_hit_tokens(server_url)
 
     prompt = [8, 9, 10, 11, 12, 13, 14]
     before = hit_tokens()
@@ -181,3 +185,20 @@ def test_multi_turn_prompts_reuse_cached_kv_with_exact_logprobs(client, referenc
     assert hit_tokens() - before >= len(prompt) + len(turn1.token_ids) - 1
     ref = reference_logprobs(reference, history, turn2.token_ids)
     assert max(abs(a - b) for a, b in zip(turn2.logprobs, ref, strict=True)) < 1e-4
+
+
+def test_reset_prefix_cache_forgets_every_cached_prefix(client, reference, server_url):
+    """After /reset_prefix_cache the next turn prefills its whole history (no hit), with the same logprobs."""
+    prompt = [21, 22, 23, 24, 25, 26]
+    turn1 = client.complete("policy", prompt, max_tokens=8, seed=7, ignore_eos=True).choices[0]
+    history = prompt + turn1.token_ids + [50, 51]
+    response = httpx.post(f"{server_url}/reset_prefix_cache")
+    assert response.status_code == 200
+    before = _prefix_hit_tokens(server_url)
+    turn2 = client.complete("policy", history, max_tokens=8, seed=8, ignore_eos=True).choices[0]
+    assert _prefix_hit_tokens(server_url) == before, "a prefix cached before the reset was reused"
+    ref = reference_logprobs(reference, history, turn2.token_ids)
+    assert max(abs(a - b) for a, b in zip(turn2.logprobs, ref, strict=True)) < 1e-4
+    # The cache fills again afterwards: the same history once more reuses what turn 2 left.
+    client.complete("policy", history + turn2.token_ids + [52], max_tokens=2, seed=9, ignore_eos=True)
+    assert _prefix_hit_tokens(server_url) > before
