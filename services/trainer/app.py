@@ -33,7 +33,7 @@ def build_app(get_trainer) -> tuple[FastAPI, CollectorRegistry]:
             return {"ready": False}
         st = trainer.state
         out = {"ready": True, "step": st.step, "version": st.version, "tokens": st.tokens,
-               "groups_trained": len(st.trained_groups), "dropped_stale": st.dropped_stale,
+               "groups_trained": st.groups_trained, "dropped_stale": st.dropped_stale,
                "steps_without_rl": trainer.steps_without_rl, "warnings": []}
         if trainer.steps_without_rl:
             out["warnings"].append(f"no RL sample trained in the last {trainer.steps_without_rl} step(s)"

@@ -176,7 +176,7 @@ class Trainer:
         out = train_step(self.eng, StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)), self.objective,
                          self.ref, s.micro_batch_tokens, s.packing)
         st.dropped_stale += dropped
-        st.trained_groups += [g.group_id for g in groups]
+        st.record_groups([g.group_id for g in groups])
         self.unacked += [e.id for e in entries]
         self._watch_rl(out, dropped, sum(1 for smp in rows if smp.num_trained_tokens), skipped)
         if not out["tokens"]:

@@ -8,7 +8,7 @@ the same command with the same environment again (same port, same data folder).
 
 The checks read only what an operator can see: the trainer's ``train.jsonl`` and ``/status``, the rollout's
 ``/status``, the ``trajectories`` stream with its consumer group and dead letters, and the latest
-checkpoint's ``state.json`` (its ``trained_groups`` ledger).
+checkpoint's ``state.json`` (its ``recent_groups`` ledger).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Ledger:
     delivered: set[str]  # entry ids served to the consumer group
     pending: set[str]  # served, not acknowledged
     dead: dict[str, str]  # dead-lettered entry id → reason
-    trained: list[str]  # the checkpoint's trained_groups
+    trained: list[str]  # the checkpoint's recent_groups: every group trained (ledger() checks it is whole)
     covered: set[str]  # entry ids the checkpoint contains but may not have acknowledged yet
 
     def acked(self) -> set[str]:
@@ -256,7 +256,11 @@ class Pipeline:
         dead = {_text(f[b"source_id"]): _text(f[b"reason"]) for _, f in client.xrange(DEAD)}
         client.close()
         state = self.checkpoint_state()
-        return Ledger(groups, delivered, pending, dead, state["trained_groups"], set(state["covered"]))
+        trained = state["recent_groups"]
+        # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
+        assert len(trained) == state["groups_trained"], (
+            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained")
+        return Ledger(groups, delivered, pending, dead, trained, set(state["covered"]))
 
     def checkpoint_state(self) -> dict:
         from services.trainer import checkpoint

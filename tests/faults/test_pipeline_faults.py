@@ -4,7 +4,7 @@ frozen, the retriever and the inference server down for 20 s, a foreign group an
 pushed into the stream.
 
 After each fault: RL samples are trained again (steps with ``rl_tokens`` > 0) and at most one step's worth
-was dropped as stale; no group is trained twice or lost (the checkpoint's ``trained_groups`` against the
+was dropped as stale; no group is trained twice or lost (the checkpoint's ``recent_groups`` against the
 stream); no process exited but the ones killed; the rollout dropped no prompt and counted no outage against
 one. The tests share one pipeline and run in file order; the last one stops the trainer and checks the
 ledger exactly.

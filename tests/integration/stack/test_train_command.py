@@ -56,7 +56,8 @@ def test_ctrl_c_then_the_same_command_continues_the_run(tmp_path):
     assert steps[:len(stopped_at)] == stopped_at and steps == list(range(1, MAX_STEPS + 1)), steps
     state = json.loads(sorted((run / "checkpoints").glob("step-*"))[-1].joinpath("state.json").read_text())
     assert state["step"] == MAX_STEPS and state["version"] >= MAX_STEPS
-    assert len(state["trained_groups"]) == len(set(state["trained_groups"])), "a group was trained twice"
+    trained = state["recent_groups"]
+    assert len(trained) == len(set(trained)) == state["groups_trained"], "a group was trained twice"
     assert json.loads((run / runs.RUN_FILE).read_text())["finished"]
     assert "make train finished" in text and (run / "logs" / "stack.log").is_file()
 

@@ -63,8 +63,9 @@ def test_sigkill_anywhere_loses_nothing_and_counts_nothing_twice(tmp_path, redis
     assert h.start_trainer(args, log).wait(180) == 0, log.read_text()[-3000:]
 
     state = h.checkpoint_state(tmp_path / "ckpt")
-    counts = collections.Counter(state["trained_groups"])
+    counts = collections.Counter(state["recent_groups"])
     assert sorted(counts) == sorted(published) and set(counts.values()) == {1}
+    assert state["groups_trained"] == len(published)
     assert state["step"] == STEPS
     assert h.optimizer_steps(tmp_path / "ckpt") == (STEPS, STEPS)  # engine and AdamW agree: no step lost or redone
     assert state["red"]["steps"] == STEPS and state["red"]["h_rl"] is not None  # RED EMAs survived every restart

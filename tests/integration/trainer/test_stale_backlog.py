@@ -40,7 +40,8 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     # The three all-stale batches were not steps: the one step is the fresh batch, with real tokens.
     assert state["step"] == 1 and state["tokens"] > 0
     assert state["dropped_stale"] == sum(len(g.samples) for g in stale)
-    assert state["trained_groups"] == [g.group_id for g in stale + fresh]
+    assert state["recent_groups"] == [g.group_id for g in stale + fresh]
+    assert state["groups_trained"] == len(stale + fresh)
     # Versions: 7 at start (5 and 6 went to other weights), 8 after the one real step; none for empty steps.
     events = [decode(WeightUpdate, f).version for _, f in redis_client.xrange("weights")]
     assert events == [7, 8]

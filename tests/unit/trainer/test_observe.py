@@ -33,7 +33,7 @@ def test_jsonl_gauges_and_plots(tmp_path):
     assert "coda_policy_version 3.0" in metrics and "coda_trainer_weight_sync_seconds_hist_count 1.0" in metrics
     assert client.get("/health").status_code == 503  # no trainer yet
     holder["t"] = SimpleNamespace(ready=threading.Event(), steps_without_rl=0, state=SimpleNamespace(
-        step=3, version=3, tokens=10, trained_groups=["a"], dropped_stale=0))
+        step=3, version=3, tokens=10, groups_trained=1, dropped_stale=0))
     holder["t"].ready.set()
     assert client.get("/health").status_code == 200
     assert client.get("/status").json()["version"] == 3
