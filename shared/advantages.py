@@ -1,11 +1,12 @@
 """Group-relative advantages (GRPO, Dr. GRPO, RLOO) with role-aware baselines. numpy only.
 
 Rows are keyed by a globally unique group id (``TrajectoryGroup.group_id``), never by a per-source dataset
-index (the seeds' key collided across sources or put a whole batch in one group). One scalar per row; the
+index (upstream's key collided across sources or put a whole batch in one group; ``docs/upstream.md``). One
+scalar per row; the
 trainer broadcasts it over the row's trained tokens.
 
 Estimators, for a group g with rewards R_1..R_G:
-  grpo:    A_i = (R_i − mean_g) / (std_g + ε)   (std unbiased (Bessel, the seeds) or population)
+  grpo:    A_i = (R_i − mean_g) / (std_g + ε)   (std unbiased (Bessel, as Search-R1 and CoDA) or population)
   dr_grpo: A_i = R_i − mean_g                   (no std: no difficulty re-weighting)
   rloo:    A_i = R_i − mean_{j≠i} R_j = G/(G−1) · (R_i − mean_g)
 A group of one row has no baseline: its advantage is 0 and it is reported as degenerate.

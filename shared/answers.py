@@ -1,7 +1,7 @@
 """Answer normalisation and matching, defined once: rewards, eval and data prep all import it.
 
 SQuAD-style normalisation (lowercase → drop punctuation → drop articles → collapse whitespace), then the
-match functions the seeds use, each taking one prediction and a list of gold answers (max over golds):
+match functions Search-R1 and CoDA use, each taking one prediction and a list of gold answers (max over golds):
 
 - ``exact_match``: normalised equality.
 - ``sub_exact_match``: a normalised gold is a *character* substring of the normalised prediction

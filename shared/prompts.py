@@ -1,8 +1,9 @@
 """Every prompt and every environment-inserted text of the agents, defined once and in our own words.
 
-What must match the seeds is the *tag protocol* (which tags a role writes, which the environment inserts,
-how observations are wrapped), not their sentences. Tags come from ``shared.tags``. Data prep, rollout,
-the searcher and eval all import these functions, so a prompt change happens in exactly one place.
+What must match the upstream projects (``docs/upstream.md``) is the *tag protocol* (which tags a role writes,
+which the environment inserts, how observations are wrapped), not their sentences. Tags come from
+``shared.tags``. Data prep, rollout, the searcher and eval all import these functions, so a prompt change
+happens in exactly one place.
 
 Prompts are returned as chat messages (``[{"role", "content"}]``); the tokenizer renders them with the
 model's chat template, or as ``system + user + "\\nAssistant: "`` for base models without one.
@@ -28,7 +29,7 @@ SEARCH_AGENT_INSTRUCTIONS = (
 
 
 def question_text(question: str) -> str:
-    """A question as the seeds feed it: stripped, ending with a question mark."""
+    """A question as Search-R1 feeds it: stripped, ending with a question mark."""
     question = question.strip()
     return question if question.endswith("?") else question + "?"
 
@@ -110,7 +111,7 @@ NO_RESULTS = "No results."
 
 
 def format_documents(docs: Sequence[tuple[str, str]]) -> str:
-    """Retrieved ``(title, text)`` pairs as the seeds' clients render them: ``Doc i(Title: t) text``."""
+    """Retrieved ``(title, text)`` pairs as Search-R1's clients render them: ``Doc i(Title: t) text``."""
     if not docs:
         return NO_RESULTS
     return "".join(f"Doc {i}(Title: {title}) {text}\n" for i, (title, text) in enumerate(docs, start=1))
@@ -118,7 +119,7 @@ def format_documents(docs: Sequence[tuple[str, str]]) -> str:
 
 # ---------------------------------------------------------------- recursive reasoner (JSON planner, worker)
 def decomposer_prompt(problem: str) -> str:
-    """Plain-text prompt (no chat template, as in the seed): the trained planner returns one JSON object."""
+    """Plain-text prompt (no chat template, as upstream's recursive reasoner): the planner returns one JSON object."""
     return (
         "Read this math problem and choose how to solve it.\n\n"
         f"Problem: {problem.strip()}\n\n"

@@ -1,7 +1,8 @@
 """The agent tag vocabulary, defined once: the tokenizer's added tokens, stop strings, format rewards and
 parsers all read it from here.
 
-The tag protocol is what must match the seeds (Search-R1, CoDA); prompts live in ``shared/prompts.py``.
+The tag protocol is what must match the upstream projects (Search-R1, CoDA; ``docs/upstream.md``); prompts
+live in ``shared/prompts.py``.
 """
 
 from __future__ import annotations

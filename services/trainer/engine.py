@@ -1,8 +1,8 @@
 """The model in a DeepSpeed engine: process group, policy (full or LoRA), fixed reference, optimizer.
 
-On CPU DeepSpeed talks gloo and must not JIT-compile anything: the shared-memory comm op build is
-switched off before init (``reference/env-notes.md`` §2a), and the optimizer is a torch ``AdamW``
-instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
+On CPU DeepSpeed talks gloo and must not JIT-compile anything: the shared-memory comm op build (g++, one to
+two minutes on two cores) is switched off before init by replacing ``build_shm_op``, and the optimizer is a
+torch ``AdamW`` instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
 ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables torchrun would set, so DeepSpeed never tries MPI discovery.
 """
 

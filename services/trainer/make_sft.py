@@ -13,10 +13,10 @@ the lookup world, same seed: held-out copy rate 0.92 at step 200 without them, 0
 With ``--format coda`` each question gives two demonstrations in the hierarchical protocol instead: the
 executor's (``<search>`` → ``<documents>`` (mask 0) → ``<refine>`` quoting the retrieved sentence that holds
 the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with the executor's answer (mask 0) →
-``<answer>``), so co-training teaches the format the CoDA loop runs (a seed's SFT data never used
-``<task>``).
+``<answer>``), so co-training teaches the format the CoDA loop runs (upstream CoDA's SFT data never
+used ``<task>``; ``docs/upstream.md``).
 
-Documents are never written by us (a seed fabricated documents that contained the answer and trained the
+Documents are never written by us (upstream CoDA fabricated documents that contained the answer and trained the
 model to hallucinate them); they are masked out of the loss like every observation. A question is kept only
 when the retrieved text supports its gold answer (the answer occurs in it, or for yes/no questions, a
 supporting title was retrieved), so the demonstration never answers from nowhere.

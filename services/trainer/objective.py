@@ -1,7 +1,7 @@
 """The RL objective of one micro-batch: the trainer's tensors handed to ``rl.objective.rl_loss``.
 
 Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
-  ``none`` (default, "bypass" in peers.md §3): one optimizer step per batch with the PPO ratio taken against
+  ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
       μ itself, so no extra forward pass for π_old; the clipped ratio covers both the sampler/trainer
       mismatch and the staleness of off-policy samples;
   ``token`` / ``sequence`` / ``token+sequence`` (decoupled): π_old is the current policy (detached, ratio 1),

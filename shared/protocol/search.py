@@ -1,7 +1,8 @@
 """The searcher service's wire types: ``POST /search`` (the Thinker → frozen Searcher delegation).
 
-Same fields as the hierarchical Search-R1 seed's searcher API, so its Thinker clients work unchanged;
-``max_turns`` applies to that one request only (the seed mutated a global, which raced under concurrency).
+Same fields as the Searcher API of the upstream Thinker–Searcher project (``docs/upstream.md``), so its
+Thinker clients work unchanged; ``max_turns`` applies to that one request only (upstream wrote it into a
+global, which raced when requests ran concurrently).
 """
 
 from __future__ import annotations

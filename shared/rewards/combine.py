@@ -4,14 +4,16 @@ Input: K named components, each a vector over the group's n rollouts (matrix C, 
     explicit: R = C·w with the given weights
     uniform:  w_k = 1/K
     std:      w_k = σ_k / Σ_j σ_j (population σ within the group): components that separate the rollouts weigh
-              more. When every σ is 0 nothing separates them: fall back to uniform (the seed divided 0 by 0).
+              more. When every σ is 0 nothing separates them: fall back to uniform (upstream divided 0 by 0).
     pca:      Z = column z-scores (population σ, + ε); R = Z·v with v the first principal component (unit
               loadings). An eigenvector's sign is arbitrary, so v is flipped when needed to make R correlate
               positively with the uniform sum Σ_k C_k (tie-break: Σ v ≥ 0) — otherwise the policy could be
-              trained toward lower rewards (a seed bug).
+              trained toward lower rewards (as upstream's could).
     l2:       R = sqrt(Σ_k C_k²)  (reported weights all 1)
-``consistency_mask`` is the seed's optional filter: keep rollouts whose every component lies on the same side
-of its group mean.
+``consistency_mask`` is the tool-calling agent's optional filter: keep rollouts whose every component lies on
+the same side of its group mean.
+
+"Upstream" is the tool-calling agent these schemes come from (``docs/upstream.md``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ def token_efficiency(tokens: int, budget: int) -> float:
 def think_format_fraction(messages: Sequence[Mapping[str, Any]], require_tool_call: bool = True) -> float:
     """Fraction of assistant messages whose content contains ``</think>``.
 
-    With ``require_tool_call`` (the tool-agent seed's rule) the score is 0 when no tool result is in the chat,
-    so an agent cannot collect the format reward without searching.
+    With ``require_tool_call`` (the upstream tool-calling agent's rule, ``docs/upstream.md``) the score is 0
+    when no tool result is in the chat, so an agent cannot collect the format reward without searching.
     """
     if require_tool_call and not any(m.get("role") in ("tool", "ipython") for m in messages):
         return 0.0

@@ -1,8 +1,9 @@
 """Format rewards: the graduated per-tag score and the strict tag-sequence validator, role-aware.
 
 Tag lists come from ``shared.tags.ROLE_TAGS``, so the planner is scored on think/task/answer and the executor
-on think/search/refine/answer, whatever its prompt happens to contain (the seed picked the list by looking
-for ``<refine>`` in the text, which scored planners against the executor list when prompts were mixed up).
+on think/search/refine/answer, whatever its prompt happens to contain (upstream CoDA picked the list by
+looking for ``<refine>`` in the text, which scored planners against the executor list when prompts were mixed
+up; ``docs/upstream.md``).
 """
 
 from __future__ import annotations

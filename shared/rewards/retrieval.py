@@ -32,8 +32,8 @@ def information_reverse_rank(blocks: Sequence[str], golds: str | Iterable[str],
     ``blocks`` are the contents of the observations the retriever returned (``observations("documents")``),
     not tag blocks parsed out of text, so a policy that writes its own ``<documents>`` earns nothing.
     Rewards finding the gold early and often. When every gold is yes/no/noanswer the documents cannot contain
-    it, so the score is the constant ``yes_no_value``. (The seed scored prompt+response and skipped the first
-    block because the prompt mentions the tag.)
+    it, so the score is the constant ``yes_no_value``. (Upstream CoDA scored prompt+response and skipped the
+    first block because the prompt mentions the tag.)
     """
     golds = as_gold_list(golds)
     if not blocks:

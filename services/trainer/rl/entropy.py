@@ -1,7 +1,7 @@
 """THE entropy estimator, used on both the RL and the SFT side (RED compares the two, so they must match).
 
 Categorical entropy of the full next-token distribution, H = logsumexp(z) − Σ_v softmax(z)_v · z_v, per
-position, averaged over trained tokens. (A seed compared the SFT side's categorical entropy with the RL side's
+position, averaged over trained tokens. (RED-CoDA compared the SFT side's categorical entropy with the RL side's
 sampled-token NLL; those are different quantities.)
 """
 

@@ -11,7 +11,7 @@ Aggregation over the WHOLE optimizer batch (m = trained-token mask, N = the glob
     dr-grpo:    L = Σ_{i,t} m·ℓ / N,  N = sequences · L_max, L_max a constant        (Dr. GRPO)
 Each micro-batch's loss uses the same global N (``loss_normaliser``), so summing the micro-batch losses (and
 their gradients) gives exactly the full-batch loss: no ``/ gradient_accumulation`` fix-up, and dynamic
-micro-batch sizes cannot rescale the gradient (a seed bug).
+micro-batch sizes cannot rescale the gradient (as they did in upstream CoDA; ``docs/upstream.md``).
 """
 
 from __future__ import annotations

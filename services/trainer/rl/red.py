@@ -6,12 +6,14 @@ EMAs (decay β) with one step of delay (prev = the EMA before the latest update)
     absolute: w_ent = clamp( |H_sft − H_sft_prev| / (|H_rl − H_rl_prev| + ε), 1, G )
     accuracy factor: a = clamp( G^(1 − 2·acc), 1/G, G ),  acc = share of PLANNER (non-executor) rows whose
                      answer score > threshold  (executors answer sub-questions; scoring them against the
-                     original question's gold biased the seeds' accuracy low)
-    final:    w = clamp( w_ent · a, floor, G² ),  floor default 1/G²  (the seeds floored it at 1, so a
+                     original question's gold biased upstream's accuracy low)
+    final:    w = clamp( w_ent · a, floor, G² ),  floor default 1/G²  (upstream floored it at 1, so a
                      well-performing policy could never get less SFT than the base coefficient)
     SFT loss weight = sft_coef · w
-The EMAs are SEEDED FROM THE FIRST MEASUREMENT (the seeds started them at 1.0, so for hundreds of steps the
+The EMAs are SEEDED FROM THE FIRST MEASUREMENT (upstream started them at 1.0, so for hundreds of steps the
 deltas measured the EMA's drift toward the true entropy, not the policy's dynamics).
+
+"Upstream" is the RED code of CoDA and RED-CoDA (``docs/upstream.md``).
 
 Ablations (``mode``): ``grpo_only`` (SFT weight 0), ``fixed`` (SFT weight = sft_coef), ``red`` (full).
 """

@@ -38,7 +38,7 @@ def test_groups_keyed_by_id_not_position():
 
 
 def test_group_collision_across_sources_does_not_happen_with_unique_ids():
-    # The seeds keyed groups by a per-source index: nq#0 and hotpotqa#0 would share a baseline.
+    # Search-R1 and CoDA keyed groups by a per-source index: nq#0 and hotpotqa#0 would share a baseline.
     unique = group_advantages([1, 0, 1, 1], ["nq/0/a", "nq/0/a", "hotpotqa/0/b", "hotpotqa/0/b"], eps=0.0)
     assert unique.advantages[2:] == pytest.approx([0, 0])
     assert unique.zero_variance == ["hotpotqa/0/b"]

@@ -65,7 +65,7 @@ def _packed(seed):
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean", "dr-grpo"])
 def test_dynamic_micro_batch_sizes_do_not_rescale_gradient(agg):
-    # Seed bug (H.9): dynamic batching changed the number of micro-batches but the loss was still divided by
+    # Upstream CoDA's bug: dynamic batching changed the number of micro-batches but the loss was still divided by
     # a fixed accumulation count. Here uneven splits (6 | 1+5 | 2+1+3 | 1×6) give the same gradient.
     new, old, adv, mask, seg, sampler, ref, ent = _packed(7)
     sequences = int(torch.unique(seg[(mask > 0) & (seg >= 0)]).numel())

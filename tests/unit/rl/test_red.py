@@ -1,4 +1,4 @@
-"""RED weights: hand-computed values and one test per seed defect (seeds-spec B.7, C.3, H.10, H.11)."""
+"""RED weights: hand-computed values and one test per defect of upstream RED (``docs/upstream.md``)."""
 
 import json
 
@@ -35,7 +35,7 @@ def test_accuracy_factor():
 def test_red_accuracy_excludes_executor_rows():
     scores = [1.0, 0.0, 0.0, 0.0, 0.0]  # planner p1 right; p2 wrong; 3 executors scored 0 vs the question gold
     roles = ["planner", "planner", "executor", "executor", "executor"]
-    assert planner_accuracy(scores, roles) == 0.5  # the seed counted all rows: 1/5
+    assert planner_accuracy(scores, roles) == 0.5  # upstream counted all rows: 1/5
     assert planner_accuracy([0.3, 0.0], ["policy", "policy"], threshold=0.5) == 0.0
     assert planner_accuracy([1.0], ["executor"]) is None
 
@@ -47,7 +47,7 @@ def test_red_emas_seeded_from_first_measurement():
     state.observe(h_rl=2.2, h_sft=0.8, decay=0.99)
     assert state.h_rl == pytest.approx(0.99 * 2.0 + 0.01 * 2.2) and state.h_rl_prev == 2.0
     assert state.h_sft == pytest.approx(0.99 * 0.7 + 0.01 * 0.8) and state.h_sft_prev == 0.7
-    # With a 1.0 seed (the seed's bug) the first update would have moved the EMA toward 2.0 instead.
+    # Started at 1.0 (as upstream did), the first update would have moved the EMA toward 2.0 instead.
 
 
 def test_red_first_steps_weight_is_neutral():
@@ -71,7 +71,7 @@ def test_red_full_weight_hand_computed():
 
 
 def test_red_final_floor_configurable_default_below_one():
-    # H.11: the seeds floored the final weight at 1, so high accuracy could never reduce SFT below sft_coef.
+    # Upstream floored the final weight at 1, so high accuracy could never reduce SFT below sft_coef.
     state = REDState()
     w = red_weights(state, REDConfig(g=5.0), accuracy=1.0)
     assert w["red/final_weight"] == pytest.approx(0.2)  # w_ent 1 · 1/G, above the default floor 1/G² = 0.04

@@ -38,7 +38,7 @@ def test_graduated_format_score_per_role():
 
 
 def test_planner_scored_on_planner_tags_even_if_text_mentions_refine():
-    # The seed picked the executor list whenever "<refine>" appeared; we go by role.
+    # Upstream CoDA picked the executor list whenever "<refine>" appeared; we go by role.
     text = "<think>use <refine> later</think><task>who?</task><result>r</result><think>ok</think><answer>a</answer>"
     assert role_format_score(text, "planner") == 1.0
 

@@ -17,7 +17,7 @@ async def test_think_then_search_then_answer():
     result = await run_searcher(ctx, "who wrote hamlet", max_turns=3)
     assert result.success and result.summary == "Shakespeare" and result.num_searches == 1
     assert ctx.retriever.queries == ["hamlet author"]
-    assert fake.calls[0].stop == ["</search>", "</answer>"]  # no </think>: the seed's bug
+    assert fake.calls[0].stop == ["</search>", "</answer>"]  # no </think>: upstream cut there, never searching
     assert "<information>Doc 1(Title:" in result.trajectory[1]
 
 
