@@ -99,8 +99,9 @@ demo-plots: setup  ## redraw the PNG plots of the newest `make train` run (RUN=f
 bench: setup  ## run every bench/*.py (each writes bench/results/<name>.md)
 	@set -e; for script in bench/*.py; do echo ">> $$script"; $(PY) $$script; done
 
-lint: setup  ## ruff
+lint: setup  ## ruff check, and ruff format --check (what CI runs before the tests)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 format: setup  ## ruff format + import sorting
 	$(PY) -m ruff check --fix --select I .

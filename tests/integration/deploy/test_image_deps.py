@@ -44,8 +44,8 @@ def _module_path(name: str):
 def _type_checking(node: ast.AST) -> bool:
     """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports for annotations only, never run."""
     test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return isinstance(node, ast.If) and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+                                         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
 def _runtime_nodes(tree: ast.AST):
