@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from services.rollout.fake_llm import FakeLLM, protocol_script  # noqa: E402
 from services.rollout.serving import wait_healthy  # noqa: E402
-from shared.agents import run_episode  # noqa: E402
+from recipes import run_episode  # noqa: E402
 from shared.agents.aio_llm import AiohttpCompletions  # noqa: E402
 from shared.agents.batching import BatchingRetriever  # noqa: E402
 from shared.agents.context import AgentContext  # noqa: E402

@@ -10,6 +10,8 @@ Formats:
 - GSM8K JSONL: ``{question, answer}`` with the target after ``####`` (math word problems).
 - ``bundled:hotpotqa``: ``data/hotpotqa/qa_supported.jsonl``; ``bundled:lookup`` / ``bundled:lookup-test``:
   the synthetic lookup world of the embedded default (``data/lookup``).
+- Any JSONL with ``prompt_field`` named (``[rollout] prompt_field``): that field is the prompt, ``gold_field``
+  (optional) the gold answer(s); the whole row is kept as the record's metadata, for user rewards.
 - ``synthetic:arithmetic[:N]``: generated two-step word problems with exact answers (recursive reasoner
   smoke runs and tests; nothing to download).
 
@@ -78,6 +80,24 @@ def read_flashrag_jsonl(path: str | Path, data_source: str | None = None) -> lis
                                 question=str(row["question"]),
                                 golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
                                 data_source=source, split=split, metadata=row.get("metadata") or {}))
+    return out
+
+
+def read_prompt_jsonl(path: str | Path, prompt_field: str, gold_field: str | None = None) -> list[PromptRecord]:
+    """Rows of any JSONL whose ``prompt_field`` holds the prompt (a string); ``gold_field``: the gold answer
+    or list of answers, when the rows have one. The row, whole, is the record's metadata."""
+    path = Path(path)
+    source, split = _source_and_split(path)
+    out = []
+    for i, row in enumerate(_read_jsonl(path)):
+        if not isinstance(row, dict) or not isinstance(row.get(prompt_field), str):
+            raise ValueError(f"{path} row {i}: no string field {prompt_field!r} (prompt_field)")
+        golds = row.get(gold_field) if gold_field else None
+        if gold_field and golds is None:
+            raise ValueError(f"{path} row {i}: no field {gold_field!r} (gold_field)")
+        golds = [] if golds is None else [str(golds)] if not isinstance(golds, list) else [str(g) for g in golds]
+        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}", question=row[prompt_field],
+                                golden_answers=golds, data_source=source, split=split, metadata=row))
     return out
 
 
@@ -162,8 +182,13 @@ def synthetic_arithmetic(n: int, seed: int = 0) -> list[PromptRecord]:
 
 
 # ---------------------------------------------------------------- dispatch and splits
-def load_prompts(source: str) -> list[PromptRecord]:
-    """Records from a path (``.parquet``, ``.jsonl``), ``bundled:<name>`` or ``synthetic:arithmetic[:N]``."""
+def load_prompts(source: str, prompt_field: str | None = None, gold_field: str | None = None) -> list[PromptRecord]:
+    """Records from a path (``.parquet``, ``.jsonl``), ``bundled:<name>`` or ``synthetic:arithmetic[:N]``;
+    with ``prompt_field``, from any JSONL (``read_prompt_jsonl``)."""
+    if prompt_field:
+        if not Path(source).is_file():
+            raise FileNotFoundError(f"dataset not found: {source} (prompt_field reads a JSONL file)")
+        return read_prompt_jsonl(source, prompt_field, gold_field)
     if source.startswith("bundled:"):
         name = source.split(":", 1)[1]
         if name not in BUNDLED:

@@ -3,6 +3,9 @@
 Precedence, lowest to highest: field defaults < the recipe's TOML section < environment < command line.
 A recipe (``configs/*.toml``) describes one experiment for all services; each service reads its own table
 (``[retriever]``, ``[rollout]``, …). Unknown keys are errors (``extra="forbid"``) so typos never pass silently.
+Values several services must agree on (the model, the step size, the staleness bound, the sampling
+temperature, stream and key names) are written once in a ``[shared]`` table: each service takes the ones it
+uses (``shared_keys``: shared name → its own field), and its own table wins where both set one.
 
     class RetrieverSettings(ServiceSettings):
         model_config = service_config("CODA_RETRIEVER_")
@@ -29,6 +32,9 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 RECIPE_ENV = "CODA_RECIPE"
+# [shared] keys, each read by the services that declare it in ``shared_keys``.
+SHARED_KEYS = frozenset({"model", "served_model_name", "groups_per_step", "max_staleness", "temperature",
+                         "redis_url", "stream", "weights_stream", "version_key"})
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 
@@ -52,14 +58,22 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
 class TomlSectionSource(PydanticBaseSettingsSource):
     """Settings from one table of the recipe file (the service's section)."""
 
-    def __init__(self, settings_cls: type[BaseSettings], path: str | None, section: str) -> None:
+    def __init__(self, settings_cls: type[BaseSettings], path: str | None, section: str,
+                 shared_keys: dict[str, str] | None = None) -> None:
         super().__init__(settings_cls)
         self.values: dict[str, Any] = {}
         if path:
-            table = read_recipe(path).get(section, {})
-            if not isinstance(table, dict):
-                raise ValueError(f"recipe {path}: [{section}] must be a table")
-            self.values = table
+            recipe = read_recipe(path)
+            table, shared = recipe.get(section, {}), recipe.get("shared", {})
+            for name, value in (("[" + section + "]", table), ("[shared]", shared)):
+                if not isinstance(value, dict):
+                    raise ValueError(f"recipe {path}: {name} must be a table")
+            unknown = set(shared) - SHARED_KEYS
+            if unknown:
+                raise ValueError(f"recipe {path}: unknown [shared] keys {sorted(unknown)}; "
+                                 f"known: {', '.join(sorted(SHARED_KEYS))}")
+            own = {field: shared[key] for key, field in (shared_keys or {}).items() if key in shared}
+            self.values = {**own, **table}
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return self.values.get(field_name), field_name, False
@@ -73,13 +87,15 @@ class ServiceSettings(BaseSettings):
 
     model_config = service_config("CODA_")
     toml_section: ClassVar[str] = "common"
+    shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
                                    file_secret_settings):
         recipe = _recipe.get() or os.environ.get(RECIPE_ENV)
         # First wins: command line (init kwargs) > environment > recipe > defaults.
-        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section)
+        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section,
+                                                              cls.shared_keys)
 
     @classmethod
     def load(cls, recipe: str | Path | None = None, **overrides: Any):

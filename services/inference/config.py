@@ -18,6 +18,7 @@ class InferenceSettings(ServiceSettings):
 
     model_config = service_config("CODA_INFERENCE_")
     toml_section: ClassVar[str] = "inference"
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "served_model_name": "served_model_name"}
 
     model: str = Field("runs/tiny-model", description="HF model directory (e.g. written by `make-tiny`)")
     served_model_name: str | None = Field(None, description="Name requests use in `model`; default: the path")

@@ -36,7 +36,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         client = redis.Redis.from_url(settings.redis_url)
-        records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
+        records = select_split(load_prompts(settings.dataset, settings.prompt_field, settings.gold_field), settings.split, settings.eval_fraction)
         async with agent_context(settings, tok=tok) as ctx:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
             if settings.admission_scope == "redis":

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from recipes import RECIPES, Recipe, get_recipe, load_reward
 from shared.agents.turns import Budget
 from shared.settings import ServiceSettings, service_config
-
-Recipe = Literal["search-r1", "coda", "red-coda", "thinker-searcher", "recursive-reasoner", "tool-agent"]
 
 
 class RolloutSettings(ServiceSettings):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
+    shared_keys: ClassVar[dict[str, str]] = {"model": "tokenizer", "served_model_name": "model_name", **{k: k for k in (
+        "groups_per_step", "max_staleness", "temperature", "redis_url", "stream", "weights_stream", "version_key")}}
 
-    agent: Recipe = Field("search-r1", description="Recipe whose agent protocol and reward run (search-r1, "
-                                                   "coda, red-coda, thinker-searcher, recursive-reasoner, tool-agent)")
+    agent: str = Field("search-r1", description=f"Agent protocol whose episodes run, with its reward "
+                                                f"(recipes.RECIPES: {', '.join(sorted(RECIPES))})")
+    reward: str | None = Field(None, description="Reward function 'package.module:function' (a plain f(completion, "
+                                                 "gold, row) -> float | dict, or an @episode_reward); default: "
+                                                 "the agent's own")
     host: str = Field("127.0.0.1", description="Bind address of the status API")
     port: int = Field(8004, ge=1, le=65535, description="Port of the status API (/health, /metrics, /status)")
 
@@ -48,6 +52,9 @@ class RolloutSettings(ServiceSettings):
     # ------------------------------------------------------------ data
     dataset: str = Field("bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or "
                                                        "synthetic:arithmetic[:N]")
+    prompt_field: str | None = Field(None, description="Read any JSONL: the field holding each row's prompt (the "
+                                                       "row is kept whole for rewards)")
+    gold_field: str | None = Field(None, description="With prompt_field: the field of the gold answer(s), if any")
     split: str = Field("all", description="train | eval (hashed split of one file) | all | a row split name")
     eval_fraction: float = Field(0.1, ge=0, le=1, description="Share of prompt ids held out by split=eval")
     seed: int = Field(0, description="Shuffle seed of the prompt order")
@@ -74,10 +81,13 @@ class RolloutSettings(ServiceSettings):
     worker_max_tokens: int = Field(256, ge=1, description="Tokens per frozen-worker call (recursive reasoner)")
     topk: int = Field(3, ge=1, description="Documents per search")
     searcher_max_turns: int | None = Field(None, ge=1, description="Searcher budget sent with each request")
+    stop: list[str] = Field(default_factory=list, description="single-turn: stop strings (EOS always stops)")
+    system_prompt: str | None = Field(None, description="single-turn: a system turn before the prompt (none: "
+                                                        "whatever the chat template does without one)")
 
     # ------------------------------------------------------------ rewards
     answer_metric: Literal["em", "f1", "sub_em", "cover_em"] | None = Field(
-        None, description="Answer score (default: f1 for coda, em otherwise)")
+        None, description="Answer score (default: the agent's: f1 for coda, em otherwise)")
     format_weight: float = Field(0.1, description="CoDA format-term weight")
     refine_weight: float = Field(0.1, description="CoDA refine-term weight")
     token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
@@ -96,6 +106,27 @@ class RolloutSettings(ServiceSettings):
         "live", description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
                             "found on the weights stream; base: model_name as served (also when Redis is down)")
 
+    @field_validator("agent")
+    @classmethod
+    def _known_agent(cls, value: str) -> str:
+        get_recipe(value)  # a ValueError naming the known agents
+        return value
+
+    @field_validator("reward")
+    @classmethod
+    def _loadable_reward(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_reward(value)  # fail at start-up, not at the first episode
+        return value
+
+    @property
+    def recipe(self) -> Recipe:
+        return get_recipe(self.agent)
+
+    @property
+    def reward_spec(self) -> str:
+        return self.reward or self.recipe.reward
+
     def budgets(self) -> dict[str, Budget]:
         main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)
         executor = Budget(self.executor_max_turns, self.max_tokens_per_turn, self.max_obs_tokens,
@@ -106,4 +137,4 @@ class RolloutSettings(ServiceSettings):
 
     @property
     def metric(self) -> str:
-        return self.answer_metric or ("f1" if self.agent in ("coda", "red-coda") else "em")
+        return self.answer_metric or self.recipe.metric

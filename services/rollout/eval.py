@@ -17,7 +17,7 @@ from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, search_metrics
 from services.rollout.weights import WeightFollower
-from shared.agents import run_episode
+from shared.agents.context import Episode
 from shared.agents.llm import PolicyState
 from shared.datasets import PromptRecord, load_prompts, select_split
 from shared.log import get_logger
@@ -34,19 +34,22 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
             await follow_live_policy(settings, ctx.policy.state)
         model = ctx.policy.state.model_name
 
+        def searched(record: PromptRecord, episode: Episode | None) -> dict[str, float]:
+            return search_metrics(record, episode) if settings.recipe.reaches_retriever else {}
+
         async def one(record: PromptRecord) -> None:
             async with limit:
                 episode = None
                 try:
-                    episode = await run_episode(settings.agent, ctx, record)
+                    episode = await settings.recipe.run(ctx, record)
                     answer, error = episode.answer, None
                 except Exception as exc:  # one failed prompt is a scored miss, not the end of the eval
                     answer, error = None, repr(exc)[:300]
             rows.append({"prompt_id": record.prompt_id, "data_source": record.data_source or "all",
                          "question": record.question, "golden_answers": record.golden_answers,
                          "prediction": answer, "error": error,
-                         "queries": (episode.info.get("queries") if episode else None),
-                         **answer_metrics(settings.agent, record, answer), **search_metrics(record, episode)})
+                         "queries": (list(episode.search.queries) if episode else None),
+                         **answer_metrics(settings.agent, record, answer), **searched(record, episode)})
 
         await asyncio.gather(*(one(r) for r in records))
     return {**summarise(rows), "model": model}
@@ -90,7 +93,7 @@ def format_table(result: dict) -> str:
 
 def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     """Run the split, write the JSON file; returns its path and the result (``format_table`` renders it)."""
-    records = select_split(load_prompts(settings.dataset), settings.split, settings.eval_fraction)
+    records = select_split(load_prompts(settings.dataset, settings.prompt_field, settings.gold_field), settings.split, settings.eval_fraction)
     if settings.eval_limit:
         records = records[: settings.eval_limit]
     if not records:

@@ -27,7 +27,6 @@ from services.rollout.embedding import Embedder
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import build_group, combine_group, score_episode
-from shared.agents import run_episode
 from shared.agents.context import AgentContext, Episode
 from shared.datasets import PromptRecord
 from shared.inference_client import InferenceError
@@ -158,7 +157,7 @@ class Producer:
 
     async def _episode(self, record: PromptRecord) -> tuple[Episode, float]:
         start = time.perf_counter()
-        episode = await run_episode(self.s.agent, self.ctx, record)
+        episode = await self.s.recipe.run(self.ctx, record)
         return episode, time.perf_counter() - start
 
     async def _answers(self, dependency: str) -> bool:

@@ -18,9 +18,6 @@ from shared.inference_client import InferenceClient
 from shared.retriever_client import AsyncRetrieverClient
 from shared.retry import RetryPolicy
 
-SEARCHING = {"search-r1", "coda", "red-coda", "tool-agent"}
-RETRIEVING = SEARCHING | {"thinker-searcher"}  # agents whose episodes reach the retriever (the searcher's)
-
 
 def load_tokenizer(spec: str) -> TokenizerLike:
     if spec == "char":
@@ -46,19 +43,21 @@ async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
         llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
                               retry=policy_retry,
                               limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
+    needs = settings.recipe.needs
     retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
-                                      max_connections=256) if settings.agent in SEARCHING else None)
+                                      max_connections=256) if "retriever" in needs else None)
     if retriever is not None and settings.retrieval_batch_ms > 0:
         retriever = BatchingRetriever(retriever, window_s=settings.retrieval_batch_ms / 1000)
     searcher = (AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)
-                if settings.agent == "thinker-searcher" else None)
+                if "searcher" in needs else None)
     state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
     sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p)
     frozen = FrozenGenerator(llm, settings.frozen_model_name or settings.model_name,
                              Sampling(settings.frozen_temperature, 1.0))
     ctx = AgentContext(tok=tok or load_tokenizer(settings.tokenizer), policy=PolicyGenerator(llm, state, sampling),
                        retriever=retriever, frozen=frozen, searcher=searcher, budgets=settings.budgets(),
-                       topk=settings.topk, searcher_max_turns=settings.searcher_max_turns)
+                       topk=settings.topk, searcher_max_turns=settings.searcher_max_turns, stop=tuple(settings.stop),
+                       system_prompt=settings.system_prompt)
     try:
         yield ctx
     finally:

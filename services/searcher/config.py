@@ -13,6 +13,7 @@ from shared.settings import ServiceSettings, service_config
 class SearcherSettings(ServiceSettings):
     model_config = service_config("CODA_SEARCHER_")
     toml_section: ClassVar[str] = "searcher"
+    shared_keys: ClassVar[dict[str, str]] = {"model": "tokenizer", "served_model_name": "model_name"}
 
     host: str = Field("127.0.0.1", description="Bind address")
     port: int = Field(8001, ge=1, le=65535, description="HTTP port")

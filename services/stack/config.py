@@ -14,6 +14,7 @@ class StackSettings(ServiceSettings):
 
     model_config = service_config("CODA_STACK_")
     toml_section: ClassVar[str] = "stack"
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model"}
 
     run_root: str = Field("runs/train", description="Run folders live under this one (one per run, timestamped; "
                                                     "`train` continues the recipe's newest unfinished run)")

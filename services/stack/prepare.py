@@ -115,9 +115,10 @@ def index_args(layout: Layout) -> list[str]:
             *layout.index_args]
 
 
-def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str) -> list[str]:
+def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt: str = "search") -> list[str]:
+    """make-sft's arguments; ``fmt``: the recipe's demonstration format (``Recipe.demonstrations``)."""
     return (["services.trainer", "make-sft", "--model", str(layout.model), "--retriever-url", retriever_url,
-             "--qa", stack.train_qa, "--out", str(layout.sft), "--topk", str(stack.sft_topk)]
+             "--qa", stack.train_qa, "--out", str(layout.sft), "--topk", str(stack.sft_topk), "--format", fmt]
             + ([] if stack.sft_think else ["--no-think"]))
 
 

@@ -31,6 +31,19 @@ Unknown keys are errors. List and table values take JSON in environment variable
 """
 
 
+def shared_section(classes: list[tuple[str, type]]) -> list[str]:
+    """The ``[shared]`` table: each key and the fields it sets, per service."""
+    from shared.settings import SHARED_KEYS
+
+    rows = ["\n## `[shared]` — values several services read, written once\n",
+            "A service's own table wins over `[shared]` where both set a key.\n",
+            "| key | sets |", "|---|---|"]
+    for key in sorted(SHARED_KEYS):
+        sets = [f"`[{cls.toml_section}] {cls.shared_keys[key]}`" for _, cls in classes if key in cls.shared_keys]
+        rows.append(f"| `{key}` | {', '.join(sets)} |")
+    return rows
+
+
 def settings_class(module: str, name: str):
     return getattr(importlib.import_module(module), name)
 
@@ -48,6 +61,7 @@ def _default(field: FieldInfo) -> str:
 
 def render() -> str:
     parts = [HEADER]
+    parts += shared_section([(service, settings_class(module, name)) for service, module, name in SETTINGS])
     for service, module, name in SETTINGS:
         cls = settings_class(module, name)
         prefix = cls.model_config.get("env_prefix", "")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.rollout.runtime import RETRIEVING
+from recipes import get_recipe
 from services.stack import prepare as steps
 from services.stack import runs
 from services.stack.config import StackSettings
@@ -70,7 +70,9 @@ class LocalStack:
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
         self.agent = read_recipe(recipe).get("rollout", {}).get("agent", "search-r1")
-        self.retrieves = self.agent in RETRIEVING
+        self.needs = get_recipe(self.agent).needs
+        self.retrieves = get_recipe(self.agent).reaches_retriever
+        self.demonstrations = get_recipe(self.agent).demonstrations  # make-sft's format; None: none
         self.max_steps = TrainerSettings.load(recipe).max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings)
@@ -145,7 +147,7 @@ class LocalStack:
         self.say(f"run folder: {self.run}")
         self.prepare(sup)
         need_eval = L.tiny and not steps.has_eval(L, "step0")
-        need_sft = self.retrieves and not steps.has_sft(L)
+        need_sft = bool(self.demonstrations) and not steps.has_sft(L)
         if serving or need_sft or need_eval:
             self.start_servers(sup, redis=serving, inference=serving or need_eval)
         sft = self.make_sft(sup)
@@ -197,7 +199,7 @@ class LocalStack:
             sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
         if inference:
             sup.start(self.inference_service())
-            if searcher or (searcher is None and self.agent == "thinker-searcher"):
+            if searcher or (searcher is None and "searcher" in self.needs):
                 sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
 
@@ -215,15 +217,16 @@ class LocalStack:
                        startup_timeout_s=300)
 
     def make_sft(self, sup: Supervisor) -> Path | None:
-        """The demonstrations (None when ``[stack] sft`` is off or the agent does not search: they are
-        demonstrations of searching), made unless they are there."""
+        """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
+        there."""
         out = self.layout.sft
-        if out is None or not self.retrieves:
+        if out is None or not self.demonstrations:
             return None
         if steps.has_sft(self.layout):
             self.say(f"demonstrations {out} exist")
         else:
-            self.job(sup, "make-sft", steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever)))
+            self.job(sup, "make-sft", steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever),
+                                                        self.demonstrations))
         return out
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:

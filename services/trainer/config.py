@@ -14,6 +14,8 @@ class TrainerSettings(ServiceSettings):
 
     model_config = service_config("CODA_TRAINER_")
     toml_section: ClassVar[str] = "trainer"
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", **{k: k for k in (
+        "groups_per_step", "max_staleness", "temperature", "redis_url", "stream", "weights_stream", "version_key")}}
 
     # ---------------------------------------------------------------- model and engine
     model: str = Field("models/tiny", description="Hugging Face model folder of the initial policy")

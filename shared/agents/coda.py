@@ -4,7 +4,7 @@
 - Executor: a fresh context per task (its system prompt + the task, nothing of the planner's history);
   writes ``<think>``, ``<search>``, ``<refine>``, ``<answer>``; receives ``<documents>``.
 - Only the executor's ``<answer>`` text returns to the planner, as ``<result>``; an executor that runs out
-  of turns without answering returns an empty result (as in the seed).
+  of turns without answering returns an empty result (as upstream CoDA does).
 - Both roles are trained: each executor is its own sample, ``parent_id`` = its planner's sample id.
 - All tasks of one planner turn run concurrently.
 """
@@ -12,20 +12,39 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
-from shared.agents.context import AgentContext, Episode, search_documents
+from shared.agents.context import AgentContext, Episode, SearchTrace, search_documents
 from shared.agents.trajectory import TokenTrajectory
 from shared.agents.turns import Action, Observation, RoleSpec, run_turns
 from shared.datasets import PromptRecord
 from shared.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
 
 
-async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> tuple[TokenTrajectory, str, list]:
-    """One executor sub-episode: returns its trajectory, its answer text ('' if none) and retrieved ids."""
+@dataclass(frozen=True)
+class CodaFacts:
+    """The planner's delegations: each task and the answer its executor returned ('' for none), in order."""
+
+    tasks: tuple[str, ...] = ()
+    executor_answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecutorResult:
+    traj: TokenTrajectory
+    answer: str  # '' when the executor ran out of turns without answering
+    queries: list[str]
+    retrieved: list[list[str]]
+
+
+async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> ExecutorResult:
+    """One executor sub-episode."""
     traj = TokenTrajectory(ctx.tok.render(executor_messages(task)), role="executor", parent_id=parent_id)
+    queries: list[str] = []
     retrieved: list[list[str]] = []
 
     async def act(actions: list[Action]) -> Observation:
+        queries.append(actions[0].content)
         blocks, ids = await search_documents(ctx, [actions[0].content])
         retrieved.extend(ids)
         return Observation.wrapped("documents", blocks[0])
@@ -33,23 +52,22 @@ async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> tuple[To
     spec = RoleSpec(actions=("search", "answer"), invalid_message=INVALID_SEARCH_ACTION,
                     budget=ctx.budget("executor"), forced_final=True)
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
-    return traj, outcome.answer or "", retrieved
+    return ExecutorResult(traj, outcome.answer or "", queries, retrieved)
 
 
 async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
     planner = TokenTrajectory(ctx.tok.render(planner_messages(record.question)), role="planner")
-    episode = Episode(main=planner, info={"tasks": [], "executor_answers": [], "retrieved_ids": []})
+    episode = Episode(main=planner)
+    tasks: list[str] = []
+    executors: list[ExecutorResult] = []
 
     async def act(actions: list[Action]) -> Observation:
-        tasks = [a.content for a in actions]
-        runs = await asyncio.gather(*(run_executor(ctx, t, planner.sample_id) for t in tasks))
-        results = []
-        for task, (traj, answer, retrieved) in zip(tasks, runs, strict=True):
-            episode.children.append(traj)
-            episode.info["tasks"].append(task)
-            episode.info["executor_answers"].append(answer)
-            episode.info["retrieved_ids"].extend(retrieved)
-            results.append(answer.strip())
+        turn = [a.content for a in actions]
+        runs = await asyncio.gather(*(run_executor(ctx, t, planner.sample_id) for t in turn))
+        tasks.extend(turn)
+        executors.extend(runs)
+        episode.children.extend(r.traj for r in runs)
+        results = [r.answer.strip() for r in runs]
         # Several tasks in one turn: one <result> block each, in task order.
         before, after = Observation.wrapped("result", "").before, Observation.wrapped("result", "").after
         return Observation(content=(after + before).join(results), before=before, after=after, tag="result")
@@ -58,6 +76,9 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
                     budget=ctx.budget("planner"), forced_final=True)
     outcome = await run_turns(planner, ctx.policy, ctx.tok, spec, act)
     episode.answer = outcome.answer
-    episode.info["num_searches"] = len(episode.info["retrieved_ids"])
-    episode.info["invalid_turns"] = outcome.invalid_turns
+    episode.invalid_turns = outcome.invalid_turns
+    # The executors' searches, in delegation order: the episode's search trace (search metrics read it).
+    episode.search = SearchTrace.of([q for r in executors for q in r.queries],
+                                    [ids for r in executors for ids in r.retrieved])
+    episode.facts = CodaFacts(tuple(tasks), tuple(r.answer for r in executors))
     return episode

@@ -37,19 +37,41 @@ class AgentContext:
     budgets: dict[str, Budget] = field(default_factory=dict)  # per role; missing roles get Budget()
     topk: int = 3
     searcher_max_turns: int | None = None
+    stop: tuple[str, ...] = ()  # extra stop strings (single-turn)
+    system_prompt: str | None = None  # system turn before the prompt (single-turn; None: the template's choice)
 
     def budget(self, role: str) -> Budget:
         return self.budgets.get(role, Budget())
 
 
+@dataclass(frozen=True)
+class SearchTrace:
+    """What a searching agent searched, in order: each query and the document ids its search returned (every
+    searching agent writes one, so search metrics read the same facts whatever the agent)."""
+
+    queries: tuple[str, ...] = ()
+    retrieved_ids: tuple[tuple[str, ...], ...] = ()
+
+    @classmethod
+    def of(cls, queries: list[str], retrieved: list[list[str]]) -> SearchTrace:
+        return cls(tuple(queries), tuple(tuple(str(i) for i in ids) for ids in retrieved))
+
+    @property
+    def num_searches(self) -> int:
+        return len(self.queries)
+
+
 @dataclass
 class Episode:
-    """One agent run: the main trajectory, its sub-trajectories (executors), the answer and facts for rewards."""
+    """One agent run: the main trajectory, its sub-trajectories (executors), the answer and the facts its
+    reward reads: ``search`` for searching agents, ``facts`` (a frozen dataclass of the agent's own kind)."""
 
     main: TokenTrajectory
     children: list[TokenTrajectory] = field(default_factory=list)
     answer: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    search: SearchTrace = SearchTrace()
+    facts: Any = None
+    invalid_turns: int = 0
 
     @property
     def trajectories(self) -> list[TokenTrajectory]:

@@ -9,6 +9,7 @@ does not parse. Worker text never enters the planner's trajectory.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from shared.agents.context import AgentContext, Episode
 from shared.agents.llm import Generator
@@ -17,6 +18,16 @@ from shared.answers import parse_number
 from shared.datasets import PromptRecord
 from shared.prompts import decomposer_prompt, worker_combine_prompt, worker_direct_prompt, worker_solve_prompt
 from shared.rewards.planner_json import parse_planner_json, plan_subproblems
+
+
+@dataclass(frozen=True)
+class ReasonerFacts:
+    parsed: bool  # the planner's JSON parsed
+    decomposed: bool  # ... and named subproblems
+    subproblems: tuple[str, ...]
+    planner_tokens: int
+    worker_tokens: int
+    worker_final: str  # the worker's final text (the answer is parsed from it)
 
 
 async def _work(llm: Generator, ctx: AgentContext, prompt: str) -> tuple[str, int]:
@@ -56,6 +67,6 @@ async def run_recursive_reasoner(ctx: AgentContext, record: PromptRecord) -> Epi
     answer = _json_number(final_text, "final_answer") or None
     planner.finish_reason = "length" if gen.finish_reason == "length" else "stop"
     return Episode(main=planner, answer=answer,
-                   info={"parsed": plan is not None, "decomposed": bool(subproblems), "subproblems": subproblems,
-                         "worker_tokens": worker_tokens, "planner_tokens": len(gen.token_ids),
-                         "worker_final": final_text})
+                   facts=ReasonerFacts(parsed=plan is not None, decomposed=bool(subproblems),
+                                       subproblems=tuple(subproblems), planner_tokens=len(gen.token_ids),
+                                       worker_tokens=worker_tokens, worker_final=final_text))

@@ -1,7 +1,7 @@
 """The frozen searcher's loop (served by ``services/searcher``): a real multi-turn search with a fixed model.
 
 ``think → search → information → … → answer`` with stop strings ``</search>`` and ``</answer>`` only, so a
-``</think>`` never ends a turn (the seed cut there and therefore never searched). ``max_turns`` is an
+``</think>`` never ends a turn (upstream's Searcher cut there and therefore never searched; docs/upstream.md). ``max_turns`` is an
 argument of each call: concurrent requests with different budgets never share mutable state.
 """
 

@@ -1,7 +1,7 @@
 """Tool agent: OpenAI-style tool calling (hermes layout) with one ``search`` tool over the hybrid retriever.
 
 The assistant turn stops at ``</tool_call>``; the call's JSON is parsed (``{"name": "search", "arguments":
-{"query": ...}}``), only the first call of a turn is executed (as in the seed), and its result is appended
+{"query": ...}}``), only the first call of a turn is executed (as upstream's tool-calling agent did), and its result is appended
 as a tool turn rendered by the model's chat template (``TokenizerLike.tool_turn``). A turn that ends with
 EOS and no call is the final reply; the answer is the text after the last ``</think>``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from shared.agents.context import AgentContext, Episode
+from shared.agents.context import AgentContext, Episode, SearchTrace
 from shared.agents.trajectory import TokenTrajectory
 from shared.agents.turns import Action, Observation, RoleSpec, run_turns
 from shared.datasets import PromptRecord
@@ -45,6 +45,7 @@ def final_reply(text: str) -> str | None:
 
 async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
     traj = TokenTrajectory(ctx.tok.render(tool_agent_messages(record.question)), role="policy")
+    queries: list[str] = []
     retrieved: list[list[str]] = []
 
     async def act(actions: list[Action]) -> Observation:
@@ -53,6 +54,7 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
             content = INVALID_TOOL_CALL
         else:
             docs = (await ctx.retriever.retrieve([call.content], topk=ctx.topk))[0]
+            queries.append(call.content)
             retrieved.append([d.id for d in docs])
             content = json.dumps({"ids": [d.id for d in docs], "documents": [d.contents for d in docs]})
         marker = "\x00"  # the content is the only truncatable part of the rendered tool turn
@@ -63,9 +65,8 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
                     stop=(TOOL_CALL_CLOSE,), parse=parse_tool_calls, answer_on_eos=final_reply,
                     final_message=FINAL_REPLY_NUDGE, final_stop=(TOOL_CALL_CLOSE,))
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
-    return Episode(main=traj, answer=outcome.answer,
-                   info={"num_searches": len(retrieved), "retrieved_ids": retrieved, "messages": chat(traj),
-                         "invalid_turns": outcome.invalid_turns})
+    return Episode(main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved),
+                   invalid_turns=outcome.invalid_turns)
 
 
 def chat(traj: TokenTrajectory) -> list[dict]:

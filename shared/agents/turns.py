@@ -4,7 +4,7 @@ Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
 - A turn ends at a stop string (the closers of the role's action tags) or at EOS; the ids are kept as
   sampled, EOS included. The turn's text is that of its whole last token, even where a BPE merge carries
   characters past the stop string (``</task>.``; ``llm.whole_tokens``), so text, ids and action agree.
-- The first complete action block decides the turn (the seeds' ``<(search|answer)>(.*?)</\\1>`` rule); all
+- The first complete action block decides the turn (Search-R1's and CoDA's ``<(search|answer)>(.*?)</\\1>`` rule); all
   blocks with that tag in the turn are handed to ``act`` together (a planner's tasks run concurrently).
 - ``answer`` ends the episode. No valid action → the role's invalid-action message is appended (masked),
   unless the model ended its turn with EOS, which ends the episode without an answer.

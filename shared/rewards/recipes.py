@@ -73,7 +73,7 @@ def search_r1_reward(answer: str | None, golds: str | Iterable[str], *, action_t
 
     ``valid`` = the strict sequence validator on ``action_text`` (the policy's turns with each observation
     as an empty block, ``TokenTrajectory.action_text``); ``hit`` = a gold appears (sub-EM) in one of the
-    retrieved ``information`` contents. With shaping (the seed's format variant; e.g. structure 0.2,
+    retrieved ``information`` contents. With shaping (Search-R1's format variant, qa_em_format; e.g. structure 0.2,
     final 0.1):
       correct & valid → s;  correct & invalid → s − structure;  wrong & valid → structure (+ retrieval if hit);
       wrong & invalid → final (0 when there is no answer at all).
@@ -100,7 +100,7 @@ def recursive_reasoner_reward(*, parsed: bool, correct: bool, tokens: int, decom
     """``R = w_c·correct + w_t·(1 − min(tokens/T, 1)) + w_i·(independence if decomposed else 0.5)``.
 
     A plan that does not parse gets ``parse_failure_reward`` (0.1). ``tokens`` is what the caller charges the
-    episode (the seed counted only the frozen worker's tokens and fixed T = 1000; here both are the caller's
+    episode (the upstream recursive reasoner counted only the frozen worker's tokens and fixed T = 1000; here both are the caller's
     choice: count the tokens the trained planner controls, e.g. planner + worker).
     """
     if not parsed:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import pkgutil
 import re
 import sys
 import tomllib
@@ -76,6 +77,9 @@ def _imports(path) -> set[str]:
     return out
 
 
+PROJECT_PACKAGES = ("services", "shared", "recipes")  # copied into every image (the Dockerfiles' COPY lines)
+
+
 def reachable_third_party(service: str) -> set[str]:
     """Top-level names of the non-project modules ``python -m services.<service>`` can import."""
     todo, seen, external = [f"services.{service}.__main__"], set(), set()
@@ -91,9 +95,11 @@ def reachable_third_party(service: str) -> set[str]:
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)
+        if name == "recipes":  # recipes.RECIPES imports every module of the package (no static import names them)
+            todo.extend(f"recipes.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "recipes")]))
         for imported in _imports(path):
             top = imported.split(".")[0]
-            if top in ("services", "shared"):
+            if top in PROJECT_PACKAGES:
                 if top == "services" and not imported.startswith(f"services.{service}") and imported != "services":
                     raise AssertionError(f"{path}: a service imports another service ({imported})")
                 todo.append(imported)

@@ -8,14 +8,15 @@ import tomllib
 
 import pytest
 
+from recipes import RECIPES as AGENT_RECIPES
 from tests.integration.deploy.project import ROOT, SERVICES, settings_class
 
 RECIPES = sorted((ROOT / "configs").glob("*.toml"))
 REQUIRED = {"tiny-cpu", "search-r1", "coda", "red-coda", "red-coda-ablation-grpo", "red-coda-ablation-fixed-sft",
             "red-coda-ablation-full-red", "thinker-searcher", "recursive-reasoner", "tool-agent"}
-# The agent each named recipe runs (tiny-cpu: whatever the embedded default chooses).
-AGENTS = {"search-r1": "search-r1", "coda": "coda", "red-coda": "red-coda", "thinker-searcher": "thinker-searcher",
-          "recursive-reasoner": "recursive-reasoner", "tool-agent": "tool-agent",
+# The agent each named recipe runs: configs/<agent>.toml for every agent (tiny-cpu: whatever the embedded
+# default chooses).
+AGENTS = {**{name: name for name in AGENT_RECIPES},
           **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")}}
 
 
@@ -38,9 +39,17 @@ def test_every_recipe_of_the_issue_is_shipped():
     assert {p.stem for p in RECIPES} >= REQUIRED, f"missing: {sorted(REQUIRED - {p.stem for p in RECIPES})}"
 
 
+@pytest.mark.parametrize("agent", sorted(AGENT_RECIPES))
+def test_every_agent_has_its_recipe_toml(agent, monkeypatch):
+    """recipes.RECIPES is what the e2e smoke trains: each agent through configs/<agent>.toml."""
+    path = ROOT / "configs" / f"{agent}.toml"
+    assert path.is_file(), f"recipes.RECIPES has {agent!r} but configs/{agent}.toml is missing"
+    assert _load_all(path, monkeypatch)["rollout"].agent == agent
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_with_every_service(path, monkeypatch):
-    sections = {settings_class(s).toml_section for s in READERS}
+    sections = {settings_class(s).toml_section for s in READERS} | {"shared"}
     unknown = set(_table(path)) - sections
     assert not unknown, f"{path.name}: tables no service reads: {sorted(unknown)}"
     assert set(_load_all(path, monkeypatch)) == set(READERS)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from services.rollout.fake_llm import fake_logprob
-from shared.agents import run_episode
+from recipes import run_episode
 from shared.agents.context import Episode
+from shared.agents.tool_agent import chat
 from shared.agents.turns import Budget
 from shared.datasets import PromptRecord
 from shared.prompts import (
@@ -78,7 +79,7 @@ async def test_invalid_action_message_then_recovery():
     assert episode.answer == "Shakespeare"
     assert ctx.retriever.queries == []
     assert fake.calls[1].prompt_text.endswith(INVALID_SEARCH_ACTION)
-    assert episode.info["invalid_turns"] == 1
+    assert episode.invalid_turns == 1
     assert_token_accounting(episode, fake, version=3)
 
 
@@ -143,7 +144,7 @@ async def test_coda_delegation_isolation_and_result_insertion():
     assert tail == "\n<result>William Shakespeare</result>\n"
     assert fake.calls[0].stop == ["</task>", "</answer>"]
     assert_token_accounting(episode, fake, version=3)
-    assert episode.info["executor_answers"] == ["William Shakespeare"]
+    assert episode.facts.executor_answers == ("William Shakespeare",)
 
 
 async def test_coda_executor_out_of_budget_returns_empty_result():
@@ -197,11 +198,11 @@ async def test_recursive_reasoner_planner_trained_worker_frozen():
     ctx, fake = make_ctx(scripted(plan), frozen_script=worker)
     record = PromptRecord(prompt_id="m1", question="3 boxes of 4 apples and 1 more?", golden_answers=["13"])
     episode = await run_episode("recursive-reasoner", ctx, record)
-    assert episode.answer == "13" and episode.info["decomposed"] and episode.info["parsed"]
+    assert episode.answer == "13" and episode.facts.decomposed and episode.facts.parsed
     assert len(fake.calls) == 1 and episode.children == []
     worker_fake = ctx.frozen.fake
     assert [c.model for c in worker_fake.calls] == ["frozen"] * 3
-    assert episode.info["worker_tokens"] == sum(len(c.token_ids) for c in worker_fake.calls)
+    assert episode.facts.worker_tokens == sum(len(c.token_ids) for c in worker_fake.calls)
     assert_token_accounting(episode, fake, version=3)
 
 
@@ -210,8 +211,8 @@ async def test_tool_agent_call_then_reply():
                                   '{"query": "hamlet"}}</tool_call>', "<think>ok</think> Shakespeare"))
     episode = await run_episode("tool-agent", ctx, RECORD)
     assert ctx.retriever.queries == ["hamlet"] and episode.answer == "Shakespeare"
-    assert "<tool_response>" in fake.calls[1].prompt_text and episode.info["retrieved_ids"] == [["0", "1", "2"]]
-    assert [m["role"] for m in episode.info["messages"]] == ["assistant", "tool", "assistant"]
+    assert "<tool_response>" in fake.calls[1].prompt_text and episode.search.retrieved_ids == (("0", "1", "2"),)
+    assert [m["role"] for m in chat(episode.main)] == ["assistant", "tool", "assistant"]
     assert_token_accounting(episode, fake, version=3)
 
 
@@ -262,6 +263,6 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
     ctx, _ = make_ctx(scripted())
     ctx.policy = TwoTasks()
     episode = await run_episode("coda", ctx, RECORD)
-    assert episode.info["tasks"] == ["first?", "second?"] and len(episode.children) == 2
+    assert episode.facts.tasks == ("first?", "second?") and len(episode.children) == 2
     results = episode.main.response_text.split("</task>")[-1]
     assert results.count("<result>") == 2 and results.index("first?") < results.index("second?")

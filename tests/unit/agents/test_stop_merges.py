@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from shared.agents import run_episode
+from recipes import run_episode
 from shared.agents.llm import Generation, whole_tokens
 from shared.agents.tokenizer import PLAIN_TOOL_TURN, plain_render
 from shared.datasets import PromptRecord
@@ -99,8 +99,8 @@ async def test_token_that_runs_past_the_stop_string_is_kept_in_text_and_ids():
     episode = await run_episode("coda", ctx, record)
 
     # the parsed actions read past the trailing characters
-    assert episode.info["tasks"] == ["Who wrote Hamlet?"] and ctx.retriever.queries == ["hamlet"]
-    assert episode.info["executor_answers"] == ["Shakespeare"] and episode.answer == "William Shakespeare"
+    assert episode.facts.tasks == ("Who wrote Hamlet?",) and ctx.retriever.queries == ["hamlet"]
+    assert episode.facts.executor_answers == ("Shakespeare",) and episode.answer == "William Shakespeare"
     planner, (executor,) = episode.main, episode.children
     assert planner.turns[0].endswith("</task>.") and executor.turns[0].endswith("</search>,")
     # every turn ended on a merged token, and its text is what its ids decode to

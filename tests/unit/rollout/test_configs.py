@@ -8,7 +8,7 @@ import pytest
 
 from services.rollout.config import RolloutSettings
 from services.searcher.config import SearcherSettings
-from shared.agents import AGENTS
+from recipes import RECIPES
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"))
 
@@ -16,5 +16,5 @@ CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_recipe_loads(path):
     rollout = RolloutSettings.load(recipe=path)
-    assert rollout.agent in AGENTS and rollout.budgets()["executor"].max_turns >= 1
+    assert rollout.agent in RECIPES and rollout.budgets()["executor"].max_turns >= 1
     assert SearcherSettings.load(recipe=path).max_turns >= 1

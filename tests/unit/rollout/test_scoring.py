@@ -10,7 +10,7 @@ import pytest
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
 from services.rollout.scoring import answer_metrics, build_group, combine_group, score_episode
-from shared.agents import run_episode
+from recipes import run_episode
 from shared.agents.context import Episode
 from shared.agents.llm import Generation
 from shared.agents.trajectory import TokenTrajectory

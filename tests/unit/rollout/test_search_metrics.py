@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.rollout.eval import summarise
 from services.rollout.scoring import search_metrics
-from shared.agents.context import Episode
+from shared.agents.context import Episode, SearchTrace
 from shared.agents.trajectory import TokenTrajectory
 from shared.datasets import PromptRecord
 
@@ -13,8 +13,7 @@ RECORD = PromptRecord(prompt_id="velkadar-city", question="Where does Velkadar l
 
 
 def episode(queries, retrieved):
-    return Episode(main=TokenTrajectory([1, 2, 3], role="policy"),
-                   info={"queries": queries, "retrieved_ids": retrieved})
+    return Episode(main=TokenTrajectory([1, 2, 3], role="policy"), search=SearchTrace.of(queries, retrieved))
 
 
 def test_first_search_names_the_entity_and_hits_the_gold_document():

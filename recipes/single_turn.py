@@ -1,0 +1,46 @@
+"""Single-turn: one completion of the prompt, no tools (the plain GRPO task: a prompt, a completion, a reward).
+
+The prompt is the row's prompt field rendered as one user turn by the model's chat template (with the recipe's
+``system_prompt`` before it when set); generation stops at EOS, at ``[rollout] stop`` strings or at
+``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the
+gold answers with the answer metric; a user reward (``[rollout] reward = "module:function"``) replaces it.
+"""
+
+from __future__ import annotations
+
+from recipes.base import Recipe, Scoring, episode_reward
+from shared.agents.context import AgentContext, Episode
+from shared.agents.llm import whole_tokens
+from shared.agents.trajectory import TokenTrajectory
+from shared.datasets import PromptRecord
+from shared.rewards.answer import answer_reward
+from shared.rewards.result import RewardResult
+
+
+async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
+    messages = [{"role": "user", "content": record.question}]
+    if ctx.system_prompt:
+        messages.insert(0, {"role": "system", "content": ctx.system_prompt})
+    traj = TokenTrajectory(ctx.tok.render(messages), role="policy")
+    budget = ctx.budget("policy")
+    room = budget.max_context_tokens - traj.prompt_len
+    if room <= 0:
+        raise ValueError(f"prompt {record.prompt_id} is {traj.prompt_len} tokens: no room under "
+                         f"max_context_tokens={budget.max_context_tokens}")
+    gen = await ctx.policy.generate(traj.next_prompt(), stop=list(ctx.stop), max_tokens=min(budget.max_tokens, room))
+    gen = whole_tokens(gen, ctx.tok)
+    traj.add_generation(gen)
+    traj.finish_reason = "length" if gen.finish_reason == "length" else "stop"
+    return Episode(main=traj, answer=gen.text.strip() or None)
+
+
+@episode_reward
+def reward(episode: Episode, scoring: Scoring) -> RewardResult:
+    """The answer metric of the completion against the gold answers (all answer scores as components)."""
+    return answer_reward(episode.answer, scoring.record.golden_answers, metric=scoring.metric)
+
+
+RECIPES = (
+    Recipe("single-turn", run_single_turn, reward="recipes.single_turn:reward",
+           description="one completion per prompt, no tools; bring your own reward"),
+)
