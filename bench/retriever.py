@@ -1,17 +1,21 @@
-"""Retriever benchmark: writes ``bench/results/retriever.md``.
+"""Retriever benchmark: writes ``bench/results/retriever.md`` and the retriever section of ``peers.md``.
 
-At the bundled corpus (6,785 HotpotQA passages) and at a synthetic corpus (default 200,000 passages whose
-words are drawn from the bundled corpus's word frequencies; random unit vectors for the dense half):
-1. bm25s vs rank-bm25 on the same tokenised documents and queries: per-query latency p50/p99, throughput;
-2. dense vs sparse vs hybrid through the in-process engine: single-query p50/p99, batch throughput;
-3. the HTTP server (its own process) under 64 concurrent clients with 1 and 512 queries per request:
-   errors, p50/p99 per request, throughput, and the HTTP + fusion overhead relative to the raw index time
-   (encode + dense search + BM25) the server itself recorded for the same requests.
+Default run (about 8 minutes on 2 shared cores): our server against a thread-per-request baseline built the
+way Search-R1's ``retrieval_server.py`` (and FlashRAG's) are: a plain FastAPI ``def`` route that tokenises,
+encodes (Hugging Face AutoModel, mean pooling, L2 normalisation) and searches the FAISS index per request,
+in FastAPI's thread pool, torch and FAISS at their library defaults. Same encoder (all-MiniLM-L6-v2), same
+FAISS Flat index, same corpus (the bundled 6,785 HotpotQA passages), our server in ``mode=dense``, topk 3.
+Each client sends its requests one after the other; every query in a run is distinct (drawn without
+replacement), so our duplicate-query merging never helps. Settings: 1, 16 and 64 clients × 1 and 32 queries
+per request; the two servers run one setting after the other (order alternating), repeated ``--reps``
+times; tables give min / median / max over the repetitions. A request not answered within
+``--request-timeout`` counts as unanswered.
 
-Everything in one table is measured in the same run, so ratios compare like with like even on a busy host.
+``--libraries`` adds the older sections: bm25s vs rank-bm25 and dense vs sparse vs hybrid in-process, at the
+bundled corpus and at a synthetic one (``--docs`` passages).
 
-    python bench/retriever.py                   # full run (several minutes on 2 cores)
-    python bench/retriever.py --docs 20000 --pool 256   # a quicker look
+    python bench/retriever.py                       # the fair comparison (default)
+    python bench/retriever.py --libraries --docs 20000
 """
 
 from __future__ import annotations
@@ -163,83 +167,6 @@ def modes(index_dir: Path, queries: list[str], threads: int) -> list[str]:
     return rows
 
 
-# ---------------------------------------------------------------- 3. HTTP under 64 concurrent clients
-
-
-def scrape(url: str) -> dict[str, float]:
-    import httpx
-
-    text = httpx.get(url + "/metrics", timeout=30).text
-    out = {}
-    for name, value in re.findall(r'^(coda_retriever_stage_seconds_sum\{stage="\w+"\}|'
-                                  r"coda_retriever_batch_requests_(?:count|sum)) (\S+)$", text, re.MULTILINE):
-        out[name] = float(value)
-    return out
-
-
-async def http_load(url: str, queries: list[str], clients: int, per_request: int, requests_each: int):
-    import httpx
-
-    rng = np.random.default_rng(1)
-    latencies, errors = [], 0
-
-    async def client(session):
-        nonlocal errors
-        for _ in range(requests_each):
-            body = {"queries": [queries[i] for i in rng.integers(0, len(queries), per_request)], "topk": 3,
-                    "return_scores": True}
-            t = time.perf_counter()
-            try:
-                r = await session.post(url + "/retrieve", json=body)
-                ok = r.status_code == 200 and len(r.json()["result"]) == per_request
-            except httpx.HTTPError:
-                ok = False
-            latencies.append(time.perf_counter() - t)
-            errors += not ok
-
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as session:
-        start = time.perf_counter()
-        await asyncio.gather(*(client(session) for _ in range(clients)))
-        wall = time.perf_counter() - start
-    return latencies, errors, wall
-
-
-def http(index_dir: Path, queries: list[str], clients: int, pool: int, threads: int) -> list[str]:
-    from shared.redis_server import free_port
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen([sys.executable, "-m", "services.retriever", "serve", "--index", str(index_dir),
-                               "--host", "127.0.0.1", "--port", str(port), "--cpu-threads", str(threads)],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_ready(url, server)
-        rows = []
-        for per_request, each in ((1, 8), (512, 1)):
-            before = scrape(url)
-            lat, errors, wall = asyncio.run(http_load(url, queries[:pool], clients, per_request, each))
-            after = scrape(url)
-            diff = {k: after[k] - before.get(k, 0.0) for k in after}
-            stage = {s: diff.get(f'coda_retriever_stage_seconds_sum{{stage="{s}"}}', 0.0)
-                     for s in ("encode", "dense", "sparse")}
-            raw = sum(stage.values())
-            fuse = diff.get('coda_retriever_stage_seconds_sum{stage="fuse"}', 0.0)
-            batches = diff["coda_retriever_batch_requests_count"]
-            overhead = (wall - raw) / raw if raw else float("nan")
-            stages = ", ".join(f"{name} {seconds:.1f}" for name, seconds in stage.items())
-            rows.append(lat_row(f"{clients} clients × {each} req × {per_request} q", lat,
-                                len(lat) * per_request / wall,
-                                f"errors {errors}/{len(lat)}; {batches:.0f} batches; raw index {raw:.2f} s "
-                                f"({stages}), fusion {fuse:.2f} s, wall {wall:.2f} s → "
-                                f"**HTTP + fusion overhead {overhead:+.0%}**"))
-        return rows
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
 def _wait_ready(url: str, server: subprocess.Popen) -> None:
     import httpx
 
@@ -256,6 +183,179 @@ def _wait_ready(url: str, server: subprocess.Popen) -> None:
     raise RuntimeError("retriever server did not become ready")
 
 
+# ---------------------------------------------------------------- 4. fair comparison with a thread-per-request baseline
+
+
+def baseline_serve(index_dir: Path, port: int) -> None:
+    """The baseline server: Search-R1's retrieval_server.py design (encode + search per request, thread pool)."""
+    import faiss
+    import torch
+    import uvicorn
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+    from transformers import AutoModel, AutoTokenizer
+
+    from services.retriever.encoder import resolve_model_path
+
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    path = resolve_model_path(manifest["encoder"]["name"])
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path).eval()
+    index = faiss.read_index(str(index_dir / "dense.faiss"))
+    corpus = [json.loads(line) for line in (index_dir / "corpus.jsonl").read_text().splitlines()]
+
+    @torch.no_grad()
+    def encode(queries: list[str]) -> np.ndarray:
+        inputs = tokenizer(queries, max_length=256, padding=True, truncation=True, return_tensors="pt")
+        hidden = model(**inputs, return_dict=True).last_hidden_state
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+        return emb.numpy().astype(np.float32, order="C")
+
+    class QueryRequest(BaseModel):
+        queries: list[str]
+        topk: int | None = None
+        return_scores: bool = False
+
+    app = FastAPI()
+
+    def retrieve(request: QueryRequest):  # a plain def: FastAPI runs it in its thread pool, one per request
+        k = request.topk or 3
+        scores, ids = index.search(encode(request.queries), k)
+        result = []
+        for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True):
+            docs = [corpus[i] for i in row_ids]
+            result.append([{"document": d, "score": s} for d, s in zip(docs, row_scores, strict=True)]
+                          if request.return_scores else docs)
+        return {"result": result}
+
+    retrieve.__annotations__["request"] = QueryRequest  # a local class: postponed annotations cannot find it
+    app.post("/retrieve")(retrieve)
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    encode(["warm-up"])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+SETTINGS = ((1, 1, 40), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
+
+
+async def drive(url: str, pool: list[str], clients: int, per_request: int, each: int, timeout: float,
+                mode: str | None) -> dict:
+    """Closed-loop load; every query distinct. → latencies of answered requests, unanswered count, q/s."""
+    import httpx
+
+    needed = clients * per_request * each
+    assert needed <= len(pool), f"pool of {len(pool)} queries is too small for {needed}"
+    draw = iter(np.random.default_rng(len(pool) + needed).permutation(len(pool))[:needed].tolist())
+    latencies, unanswered = [], 0
+
+    async def client(session):
+        nonlocal unanswered
+        for _ in range(each):
+            body = {"queries": [pool[next(draw)] for _ in range(per_request)], "topk": 3, "return_scores": True}
+            if mode:
+                body["mode"] = mode
+            t = time.perf_counter()
+            try:
+                r = await session.post(url + "/retrieve", json=body)
+                ok = r.status_code == 200 and len(r.json()["result"]) == per_request
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                latencies.append(time.perf_counter() - t)
+            else:
+                unanswered += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as session:
+        start = time.perf_counter()
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+        wall = time.perf_counter() - start
+    answered = len(latencies)
+    return {"qps": answered * per_request / wall, "p50": pct(latencies, 50) if latencies else float("nan"),
+            "p99": pct(latencies, 99) if latencies else float("nan"), "unanswered": unanswered,
+            "requests": clients * each}
+
+
+def _start(cmd: list[str], url: str) -> subprocess.Popen:
+    env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_ready(url, server)
+    return server
+
+
+def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_threads: int) -> tuple[list, dict]:
+    """Interleaved runs of both servers → (markdown rows, {setting: {server: [runs]}})."""
+    from shared.redis_server import free_port
+
+    ports = {"ours": free_port(), "baseline": free_port()}
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    ours_cmd = [sys.executable, "-m", "services.retriever", "serve", "--index", str(index_dir), "--host",
+                "127.0.0.1", "--port", str(ports["ours"]), "--mode", "dense"]
+    if cpu_threads:
+        ours_cmd += ["--cpu-threads", str(cpu_threads)]
+    base_cmd = [sys.executable, __file__, "baseline-serve", "--index", str(index_dir), "--port",
+                str(ports["baseline"])]
+    servers = {"ours": _start(ours_cmd, urls["ours"]), "baseline": _start(base_cmd, urls["baseline"])}
+    runs: dict = {}
+    try:
+        for rep in range(reps):
+            for clients, per_request, each in SETTINGS:
+                order = ("ours", "baseline") if (rep + clients + per_request) % 2 == 0 else ("baseline", "ours")
+                for name in order:
+                    out = asyncio.run(drive(urls[name], pool, clients, per_request, each, timeout,
+                                            "dense" if name == "ours" else None))
+                    runs.setdefault((clients, per_request), {}).setdefault(name, []).append(out)
+                    print(f"rep {rep} {clients}x{per_request} {name}: {out}", flush=True)
+    finally:
+        for server in servers.values():
+            server.terminate()
+            server.wait(timeout=60)
+    return runs
+
+
+def mmm(values: list[float], fmt: str) -> str:
+    v = sorted(values)
+    return f"{fmt.format(v[0])} / **{fmt.format(v[len(v) // 2])}** / {fmt.format(v[-1])}"
+
+
+def comparison_rows(runs: dict) -> list[str]:
+    rows = []
+    for (clients, per_request), by in runs.items():
+        ours, base = by["ours"], by["baseline"]
+        qps_ratio = [o["qps"] / b["qps"] for o, b in zip(ours, base, strict=True)]
+        p99_ratio = [o["p99"] / b["p99"] for o, b in zip(ours, base, strict=True)]
+        lost = f"{sum(o['unanswered'] for o in ours)} / {sum(b['unanswered'] for b in base)} of " \
+               f"{sum(o['requests'] for o in ours)}"
+        rows.append(f"| {clients} × {per_request} | {mmm([o['qps'] for o in ours], '{:,.0f}')} | "
+                    f"{mmm([b['qps'] for b in base], '{:,.0f}')} | {mmm(qps_ratio, '{:.2f}×')} | "
+                    f"{mmm([o['p99'] for o in ours], '{:,.0f}')} | {mmm([b['p99'] for b in base], '{:,.0f}')} | "
+                    f"{mmm(p99_ratio, '{:.2f}×')} | {lost} |")
+    return rows
+
+
+COMPARISON_HEADER = ("| clients × queries/request | ours q/s | baseline q/s | q/s ratio | ours p99 ms | "
+                     "baseline p99 ms | p99 ratio | unanswered (ours / baseline) |\n"
+                     "|---|---|---|---|---|---|---|---|")
+
+
+def write_peers(path: Path, section: str) -> None:
+    """Replace (or add) the retriever section of peers.md, leaving other sections alone."""
+    text = path.read_text() if path.exists() else "# Peer comparisons\n"
+    marker = "## Retriever"
+    if marker in text:
+        head, _, rest = text.partition(marker)
+        nxt = rest.find("\n## ")
+        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text.rstrip("\n") + "\n")
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -264,24 +364,65 @@ def section(title: str, header: str, rows: list[str]) -> str:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "baseline-serve":
+        sub = argparse.ArgumentParser()
+        sub.add_argument("cmd")
+        sub.add_argument("--index", type=Path, required=True)
+        sub.add_argument("--port", type=int, required=True)
+        a = sub.parse_args()
+        baseline_serve(a.index, a.port)
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--docs", type=int, default=200_000, help="synthetic corpus size")
-    parser.add_argument("--clients", type=int, default=64, help="concurrent HTTP clients")
-    parser.add_argument("--pool", type=int, default=512, help="distinct queries the HTTP clients draw from")
-    parser.add_argument("--rank-queries", type=int, default=20, help="queries timed on rank-bm25 (it is slow)")
-    parser.add_argument("--threads", type=int, default=1, help="server cpu_threads (torch and FAISS)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of the interleaved comparison")
+    parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds before a request counts "
+                                                                              "as unanswered")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="our server's cpu_threads (0: its default)")
+    parser.add_argument("--libraries", action="store_true", help="also the older library and mode sections")
+    parser.add_argument("--docs", type=int, default=200_000, help="synthetic corpus size (--libraries)")
+    parser.add_argument("--rank-queries", type=int, default=20, help="queries timed on rank-bm25 (--libraries)")
+    parser.add_argument("--threads", type=int, default=1, help="cpu_threads for the in-process sections")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "retriever.md")
+    parser.add_argument("--peers", type=Path, default=ROOT / "bench" / "results" / "peers.md")
     args = parser.parse_args()
     os.environ.setdefault("CODA_LOG_LEVEL", "WARNING")
     from shared.log import configure_logging
 
     configure_logging()
     work = Path(tempfile.mkdtemp(prefix="retriever-bench-"))
-    lines = ["# Retriever benchmark", "", f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-             f"host: {os.cpu_count()} CPU cores, load average at start {os.getloadavg()[0]:.1f} (shared machine: "
-             "absolute times are noisy, ratios within one table were measured side by side). Encoder "
-             f"all-MiniLM-L6-v2 on CPU, cpu_threads={args.threads}, FAISS Flat, bm25s numpy backend, topk 3, "
-             "hybrid = min-max fusion over the top-100 of each side.", ""]
+    load = os.getloadavg()[0]
+    corpus, emb, questions = bundled()
+    index_dir = work / "bundled"
+    build(corpus, emb, index_dir)
+    pool = distinct(questions, 4096)
+    started = time.perf_counter()
+    runs = compare(index_dir, pool, args.reps, args.request_timeout, args.cpu_threads)
+    minutes = (time.perf_counter() - started) / 60
+    what = (f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
+            f"{os.cpu_count()} CPU cores shared with other work (load average {load:.1f} at start, "
+            f"{os.getloadavg()[0]:.1f} at the end), {args.reps} interleaved repetitions in {minutes:.1f} min. "
+            "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "
+            f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}; "
+            "baseline: thread-per-request FastAPI route as in Search-R1's retrieval_server.py (Hugging Face "
+            "AutoModel + mean pooling, torch/FAISS library defaults). Every query distinct (drawn without "
+            f"replacement from {len(pool):,}). Requests per setting: "
+            + ", ".join(f"{c} × {q}: {c * e}" for c, q, e in SETTINGS)
+            + f"; a request not answered within {args.request_timeout:.0f} s counts as unanswered. Cells: "
+            "min / **median** / max over the repetitions; ratios are per repetition (ours ÷ baseline, "
+            "measured back to back).")
+    table = "\n".join([COMPARISON_HEADER, *comparison_rows(runs)])
+    lines = ["# Retriever benchmark", "", "## Against a thread-per-request baseline (Search-R1 style)", "",
+             what, "", table, ""]
+    if args.libraries:
+        lines += libraries(args, work)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    write_peers(args.peers, "\n".join(["## Retriever vs Search-R1's retrieval server design", "", what, "",
+                                       table, "", "Details: `bench/results/retriever.md`.", ""]))
+    print(f"wrote {args.out} and {args.peers}")
+
+
+def libraries(args, work: Path) -> list[str]:
+    lines = []
     corpora = [("bundled HotpotQA, 6,785 docs", *bundled()),
                (f"synthetic, {args.docs:,} docs", *synthetic(args.docs, work))]
     for name, corpus, emb, queries in corpora:
@@ -292,17 +433,9 @@ def main() -> None:
         lines += [f"### {name} (index build {build_s:.1f} s from precomputed vectors)", ""]
         lines.append(section("bm25s vs rank-bm25 (same tokens, top-10)", "| library | p50 ms | p99 ms | q/s | |",
                              sparse_libraries(index_dir, corpus, queries, args.rank_queries)))
-        print("\n".join(lines[-8:]), flush=True)
         lines.append(section("dense vs sparse vs hybrid (in-process engine, encode included)",
                              "| mode | p50 ms | p99 ms | q/s | |", modes(index_dir, queries, args.threads)))
-        print(lines[-1], flush=True)
-        lines.append(section(f"HTTP server, {args.clients} concurrent clients ({args.pool} distinct queries)",
-                             "| load | p50 ms/request | p99 ms/request | q/s | |",
-                             http(index_dir, queries, args.clients, args.pool, args.threads)))
-        print(lines[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The retriever's HTTP app: Search-R1-compatible ``POST /retrieve`` plus ``/health``, ``/metrics``, ``/docs``.
 
 Startup loads the index onto ``app.state`` (the encoder loaded and warmed: ``/health`` is ready only then)
-and starts the micro-batcher. The route validates, resolves defaults (topk null/0 → the server default,
-exactly like Search-R1), waits for its slice of a batch and writes the JSON itself: corpus rows are spliced
-in as stored bytes, which keeps big responses cheap.
+and starts the scheduler (``batching``). The route validates, resolves defaults (topk null/0 → the server
+default, exactly like Search-R1), waits for its queries' chunks and writes the JSON itself: corpus rows are
+spliced in as stored bytes, which keeps big responses cheap. If the client disconnects first, the route
+cancels its job, so its chunks not yet started are never computed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from contextlib import asynccontextmanager
 
 import numpy as np
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.retriever.batching import BatcherStopped, MicroBatcher
@@ -33,10 +34,12 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 class RetrieverMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.queries = Counter("coda_retriever_queries_total", "Queries answered", ["mode"], registry=registry)
-        self.batch_requests = Histogram("coda_retriever_batch_requests", "Requests merged into one batch",
+        self.batch_requests = Histogram("coda_retriever_batch_requests", "Requests sharing one chunk of work",
                                         buckets=SIZE_BUCKETS, registry=registry)
-        self.batch_queries = Histogram("coda_retriever_batch_queries", "Queries in one batch",
+        self.batch_queries = Histogram("coda_retriever_batch_queries", "Queries in one chunk of work",
                                        buckets=SIZE_BUCKETS, registry=registry)
+        self.dropped = Counter("coda_retriever_dropped_queries_total",
+                               "Queries never computed because their client disconnected", registry=registry)
         self.stage = Histogram("coda_retriever_stage_seconds", "Time per batch stage (encode/dense/sparse/fuse)",
                                ["stage"], buckets=LATENCY_BUCKETS, registry=registry)
         self.documents = Gauge("coda_retriever_documents", "Documents in the served index", registry=registry)
@@ -78,6 +81,12 @@ def render(corpus: CorpusStore, ids: np.ndarray, scores: np.ndarray, return_scor
     return b'{"result":[' + b",".join(lists) + b"]}"
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has disconnected (the body is already read: only a disconnect can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def build_app(settings: RetrieverSettings) -> FastAPI:
     """The app for ``settings``; the index loads when the app starts (uvicorn lifespan)."""
 
@@ -86,9 +95,12 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
         retriever = await asyncio.to_thread(load_retriever, settings,
                                             lambda stage, s: metrics.stage.labels(stage).observe(s))
         metrics.documents.set(retriever.num_docs)
-        batcher = MicroBatcher(retriever.search_many, window_s=settings.batch_window_ms / 1000,
-                               max_queries=settings.max_batch_queries, on_batch=metrics.observe_batch)
+        batcher = MicroBatcher(retriever.search_many, workers=retriever.workers,
+                               chunk_queries=settings.chunk_queries, window_s=settings.batch_window_ms / 1000,
+                               on_batch=metrics.observe_batch, on_drop=metrics.dropped.inc,
+                               thread_init=retriever.prepare_thread)
         await batcher.start()
+        log.info("retriever workers", extra={"workers": retriever.workers, "chunk_queries": settings.chunk_queries})
         app.state.retriever, app.state.batcher = retriever, batcher
         try:
             yield
@@ -109,12 +121,23 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
 
     @app.post("/retrieve", response_model=RetrieveResponse, tags=["retrieval"],
               summary="Top-k documents for each query (Search-R1 compatible)")
-    async def retrieve(body: RetrieveRequest) -> Response:
+    async def retrieve(body: RetrieveRequest, request: Request) -> Response:
         spec = resolve(body, settings)
         if not spec.queries:
             return Response(b'{"result":[]}', media_type="application/json")
+        job = asyncio.ensure_future(app.state.batcher.submit(spec))
+        # The server does not cancel a handler whose client left; watch for the disconnect ourselves.
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            ids, scores = await app.state.batcher.submit(spec)
+            await asyncio.wait((job, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not job.done():  # the client left (or this handler was cancelled): drop the work
+                job.cancel()
+        if job.cancelled():
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
+        try:
+            ids, scores = job.result()
         except BatcherStopped as exc:  # shutting down: a retryable 503, not a 500 or a hang
             raise ApiError(str(exc), 503, "ServiceUnavailableError") from exc
         metrics.queries.labels(spec.mode).inc(len(spec.queries))

@@ -1,59 +1,107 @@
-"""Micro-batching: concurrent requests are merged into one ``search_many`` call on the index-owner thread.
+"""Fair, chunked scheduling of searches over a few worker threads.
 
-Requests wait in an asyncio queue. The batcher takes whatever is queued (waiting up to ``window_s`` for
-more, and stopping once ``max_queries`` are gathered), hands the lot to one worker thread, and resolves
-each request's future with its own slice. While a batch runs, new requests pile up and form the next
-batch, so under load batches grow by themselves and the encoder and indexes see large, efficient calls.
-A single thread owns the index: FAISS GPU indexes are not thread-safe, and one owner never oversubscribes
-the cores.
+Every request becomes a job. Idle workers take work in chunks of at most ``chunk_queries`` queries. A chunk
+first takes requests that have not started yet, oldest first (but at most half the chunk while started
+requests are waiting, so these cannot starve), then requests already under way, round-robin: one that
+still has queries to go after its share rejoins that queue at the back. So a 2,000-query request is served
+a chunk at a time, and a 1-query request that arrives meanwhile waits only for the chunks already running
+and is answered with the next one. Many small concurrent requests share one chunk, so the encoder and the
+indexes still see batches under load. A job is answered as soon as its last chunk is done.
+
+Workers run their chunks on threads, one per core given (``RetrieverSettings.cpu_threads``), each thread
+single-threaded inside torch and FAISS: on a shared CPU, intra-op thread pools that spin-wait for each
+other are far slower than independent chunks on independent cores. On a GPU there is one worker (FAISS
+GPU indexes are not thread-safe).
+
+A job whose caller is cancelled (the route cancels it when the client disconnects) is dropped: its chunks
+not yet started are never computed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
-from services.retriever.engine import Result, SearchSpec
+import numpy as np
+
+from services.retriever.engine import Result, SearchSpec, _dedupe
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
-BatchObserver = Callable[[int, int], None]  # (requests in the batch, queries in the batch)
+BatchObserver = Callable[[int, int], None]  # (requests in the chunk, queries in the chunk)
+DropObserver = Callable[[int], None]  # (queries dropped because their caller went away)
 
 
 class BatcherStopped(RuntimeError):
     """The batcher is not running (not started yet, or shutting down): the route answers 503."""
 
 
-class MicroBatcher:
-    """``await submit(spec)`` → that spec's ``(ids, scores)``, computed together with its neighbours."""
+@dataclass(eq=False)
+class _Job:
+    spec: SearchSpec  # its distinct queries only
+    future: asyncio.Future
+    inverse: np.ndarray | None  # request row → distinct query, or None when there were no duplicates
+    taken: int = 0  # queries handed to workers so far
+    done: int = 0  # queries answered so far
+    parts: list[tuple[int, Result]] = field(default_factory=list)  # (first query, result) per finished chunk
 
-    def __init__(self, run: Callable[[list[SearchSpec]], list[Result]], *, window_s: float = 0.002,
-                 max_queries: int = 4096, on_batch: BatchObserver | None = None) -> None:
-        self.run, self.window_s, self.max_queries = run, window_s, max_queries
+    @property
+    def size(self) -> int:
+        return len(self.spec.queries)
+
+    @property
+    def dead(self) -> bool:
+        return self.future.done()
+
+
+class MicroBatcher:
+    """``await submit(spec)`` → that spec's ``(ids, scores)``; cancel the awaiting task to drop the work."""
+
+    def __init__(self, run: Callable[[list[SearchSpec]], list[Result]], *, workers: int = 1,
+                 chunk_queries: int = 32, window_s: float = 0.0, on_batch: BatchObserver | None = None,
+                 on_drop: DropObserver | None = None, thread_init: Callable[[], None] | None = None) -> None:
+        self.run, self.workers, self.chunk_queries, self.window_s = run, max(1, workers), chunk_queries, window_s
         self.on_batch = on_batch or (lambda requests, queries: None)
-        self._queue: asyncio.Queue[tuple[SearchSpec, asyncio.Future]] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever-index")
-        self._task: asyncio.Task | None = None
+        self.on_drop = on_drop or (lambda queries: None)
+        self._fresh: collections.deque[_Job] = collections.deque()  # jobs not started, oldest first
+        self._started: collections.deque[_Job] = collections.deque()  # jobs under way, round-robin
+        self._jobs: set[_Job] = set()  # every job not answered yet
+        self._wake: asyncio.Condition | None = None
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="retriever-worker",
+                                            initializer=thread_init)
+        self._tasks: list[asyncio.Task] = []
+        # Wall seconds of recent chunks (for tests and diagnostics: "one chunk's time" under current load).
+        self.chunk_seconds: collections.deque[float] = collections.deque(maxlen=512)
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        """Queries waiting for a worker."""
+        return sum(job.size - job.taken for queue in (self._fresh, self._started) for job in queue)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="retriever-batcher")
+        self._wake = asyncio.Condition()
+        self._tasks = [asyncio.create_task(self._worker(), name=f"retriever-worker-{i}")
+                       for i in range(self.workers)]
 
     async def stop(self) -> None:
-        """Stop taking batches; requests still queued or mid-batch fail with ``BatcherStopped``, never hang."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        while not self._queue.empty():
-            _, future = self._queue.get_nowait()
-            if not future.done():
-                future.set_exception(BatcherStopped("the retriever is shutting down"))
-        # Wait (off the event loop) for a batch still running in the thread, so the index is not closed under it.
+        """Stop taking chunks; requests still queued or mid-chunk fail with ``BatcherStopped``, never hang."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for job in list(self._jobs):
+            if not job.future.done():
+                job.future.set_exception(BatcherStopped("the retriever is shutting down"))
+        self._jobs.clear()
+        self._fresh.clear()
+        self._started.clear()
+        # Wait (off the event loop) for chunks still running in threads, so the index is not closed under them.
         try:
             await asyncio.to_thread(self._executor.shutdown, wait=True)
         except RuntimeError:
@@ -61,53 +109,117 @@ class MicroBatcher:
             self._executor.shutdown(wait=True)
 
     async def submit(self, spec: SearchSpec) -> Result:
-        if self._task is None or self._task.done():
+        if not self._tasks or all(task.done() for task in self._tasks):
             raise BatcherStopped("the retriever is not running")
-        future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((spec, future))
-        return await future
+        # Duplicates within a request are searched once (and so come back identical, whichever chunk ran them).
+        unique, inverse = _dedupe(spec.queries)
+        job = _Job(replace(spec, queries=unique) if len(unique) < len(spec.queries) else spec,
+                   asyncio.get_running_loop().create_future(),
+                   inverse if len(unique) < len(spec.queries) else None)
+        self._jobs.add(job)
+        self._fresh.append(job)
+        async with self._wake:
+            self._wake.notify()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._drop(job)
+            raise
 
-    async def _gather(self) -> list[tuple[SearchSpec, asyncio.Future]]:
-        loop = asyncio.get_running_loop()
-        batch = [await self._queue.get()]
-        queries = len(batch[0][0].queries)
-        deadline = loop.time() + self.window_s
-        while queries < self.max_queries:
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-                except TimeoutError:
-                    break
-            batch.append(item)
-            queries += len(item[0].queries)
-        return batch
+    def _drop(self, job: _Job) -> None:
+        """Forget a job whose caller left: chunks not yet started are never computed."""
+        if not job.future.done():
+            job.future.cancel()
+        self._forget(job)
+        left = job.size - job.taken
+        job.taken = job.size
+        if left:
+            log.info("request cancelled; dropping its queued queries", extra={"queries": left})
+            self.on_drop(left)
 
-    async def _loop(self) -> None:
+    def _forget(self, job: _Job) -> None:
+        self._jobs.discard(job)
+        for queue in (self._fresh, self._started):
+            if job in queue:
+                queue.remove(job)
+
+    def _take(self) -> list[tuple[_Job, int, int]]:
+        """One chunk: ``(job, first, stop)`` slices (see the module docstring for the order)."""
+        pieces: list[tuple[_Job, int, int]] = []
+        budget = self.chunk_queries
+
+        def grab(queue: collections.deque[_Job], limit: int) -> int:
+            job = queue.popleft()
+            if job.dead:
+                return 0
+            n = min(limit, job.size - job.taken)
+            pieces.append((job, job.taken, job.taken + n))
+            job.taken += n
+            if job.taken < job.size:
+                self._started.append(job)  # at the back: the next chunk starts with someone else
+            return n
+
+        fresh_cap = max(1, budget // 2) if self._started else budget
+        while budget and fresh_cap and self._fresh:
+            n = grab(self._fresh, min(budget, fresh_cap))
+            budget, fresh_cap = budget - n, fresh_cap - n
+        for queue in (self._started, self._fresh):  # then those under way; then fill up with new ones
+            while budget and queue:
+                budget -= grab(queue, budget)
+        return pieces
+
+    async def _next_chunk(self) -> list[tuple[_Job, int, int]]:
+        async with self._wake:
+            await self._wake.wait_for(lambda: bool(self._fresh or self._started))
+            if self.window_s > 0 and self.queued < self.chunk_queries:
+                with contextlib.suppress(TimeoutError):  # give concurrent requests a moment to join this chunk
+                    await asyncio.wait_for(self._wake.wait_for(lambda: self.queued >= self.chunk_queries),
+                                           self.window_s)
+            pieces = self._take()
+            if self._fresh or self._started:
+                self._wake.notify()  # more work left: wake another idle worker
+            return pieces
+
+    async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self._gather()
-            live = [(spec, fut) for spec, fut in batch if not fut.done()]  # drop requests whose client left
-            if not live:
+            pieces = await self._next_chunk()
+            if not pieces:
                 continue
-            self.on_batch(len(live), sum(len(spec.queries) for spec, _ in live))
+            specs = [replace(job.spec, queries=job.spec.queries[first:stop]) for job, first, stop in pieces]
+            self.on_batch(len(pieces), sum(stop - first for _, first, stop in pieces))
+            started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, self.run, [spec for spec, _ in live])
+                results = await loop.run_in_executor(self._executor, self.run, specs)
             except asyncio.CancelledError:
-                for _, fut in live:
-                    if not fut.done():
-                        fut.set_exception(BatcherStopped("the retriever is shutting down"))
+                self._fail(pieces, BatcherStopped("the retriever is shutting down"))
                 raise
-            except Exception as exc:  # the route turns it into an error answer; the batcher keeps going
-                log.exception("batch failed", extra={"requests": len(live)})
-                for _, fut in live:
-                    if not fut.done():
-                        fut.set_exception(exc)
+            except Exception as exc:  # the route turns it into an error answer; the worker keeps going
+                log.exception("chunk failed", extra={"requests": len(pieces)})
+                self._fail(pieces, exc)
                 continue
-            for (_, fut), result in zip(live, results, strict=True):
-                if not fut.done():
-                    fut.set_result(result)
+            self.chunk_seconds.append(time.perf_counter() - started)
+            for (job, first, stop), result in zip(pieces, results, strict=True):
+                if job.dead:
+                    continue
+                job.parts.append((first, result))
+                job.done += stop - first
+                if job.done == job.size:
+                    self._jobs.discard(job)
+                    ids, scores = _assemble(job.parts)
+                    if job.inverse is not None:
+                        ids, scores = ids[job.inverse], scores[job.inverse]
+                    job.future.set_result((ids, scores))
+
+    def _fail(self, pieces: list[tuple[_Job, int, int]], exc: BaseException) -> None:
+        for job, _, _ in pieces:
+            if not job.dead:
+                job.future.set_exception(exc)
+            self._forget(job)
+
+
+def _assemble(parts: list[tuple[int, Result]]) -> Result:
+    if len(parts) == 1:
+        return parts[0][1]
+    parts.sort(key=lambda part: part[0])
+    return (np.concatenate([ids for _, (ids, _) in parts]), np.concatenate([scores for _, (_, scores) in parts]))

@@ -8,6 +8,7 @@ they are settings, recorded in the index manifest so that serving encodes querie
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -49,12 +50,17 @@ class Encoder:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        if threads:  # torch's intra-op pool is process-wide; see RetrieverSettings.cpu_threads
+        if threads:  # torch's intra-op pool is process-wide; the server asks for 1 (see batching)
             torch.set_num_threads(threads)
+        # A fast tokenizer is not safe to call from two threads at once (it sets padding state per call,
+        # "Already borrowed"); tokenising is ~50 µs a query, so serialising it costs nothing measurable.
+        self._tokenize_lock = threading.Lock()
 
         self.name, self.query_prefix, self.passage_prefix = name, query_prefix, passage_prefix
         self.device, self.batch_size = pick_device(device), batch_size
         self.model = SentenceTransformer(resolve_model_path(name), device=self.device)
+        # sentence-transformers 5 renamed tokenize to preprocess (the old name warns on every call)
+        self._tokenize = getattr(self.model, "preprocess", None) or self.model.tokenize
         if max_length:
             self.model.max_seq_length = max_length
         if self.device.startswith("cuda"):
@@ -80,7 +86,27 @@ class Encoder:
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
-        return self._encode([self.query_prefix + q for q in queries], show_progress=False)
+        """Safe to call from several threads at once (the server's workers do)."""
+        texts = [self.query_prefix + q for q in queries]
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        import torch
+
+        # Shortest first, in passes of batch_size, so each pass pads little: on CPU the cost is the padded
+        # token count (16 queries a pass measured 1.5x faster a query than one pass of 128).
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                with self._tokenize_lock:
+                    features = self._tokenize([texts[i] for i in rows])
+                features = {key: value.to(self.model.device) if hasattr(value, "to") else value
+                            for key, value in features.items()}
+                emb = self.model(features)["sentence_embedding"]
+                emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
+                out[rows] = emb.cpu().numpy()
+        return out
 
     def encode_passages(self, passages: list[str], show_progress: bool = True) -> np.ndarray:
         return self._encode([self.passage_prefix + p for p in passages], show_progress=show_progress)

@@ -3,12 +3,15 @@
 ``search_many`` takes the searches of several requests at once (the micro-batcher hands it everything that
 queued up), removes duplicate queries (GRPO's n rollouts of one prompt often ask the same thing), encodes
 once, searches each side once at the largest depth any request needs, then cuts and fuses per request.
-It is called from one thread only: the index owner.
+On CPU several worker threads call it at once, each single-threaded inside torch and FAISS (see
+``batching``); on a GPU one thread does.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +62,21 @@ def _dedupe(queries: list[str]) -> tuple[list[str], np.ndarray]:
     return list(position), inverse
 
 
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (containers)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" (no quota) or "200000 100000" (2 CPUs)
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
 class Retriever:
     """Owns the indexes; ``search_many(specs)`` → one ``(ids, scores)`` per spec."""
 
@@ -66,20 +84,23 @@ class Retriever:
                  observe: Callable[[str, float], None] | None = None, cpu_threads: int = 0) -> None:
         self.corpus, self.sparse, self.dense, self.encoder = corpus, sparse, dense, encoder
         self.observe = observe or (lambda stage, seconds: None)
-        self.cpu_threads = cpu_threads
+        # Search workers: one per CPU given; one in all on a GPU (FAISS GPU indexes are not thread-safe).
+        on_gpu = getattr(dense, "on_gpu", False) or str(getattr(encoder, "device", "cpu")).startswith("cuda")
+        self.workers = 1 if on_gpu else (cpu_threads or available_cpus())
         self._local = threading.local()
 
-    def _limit_threads(self) -> None:
-        """Apply ``cpu_threads`` in the calling thread (OpenMP's thread count is per calling thread).
+    def prepare_thread(self) -> None:
+        """Make the calling thread single-threaded in FAISS (OpenMP's thread count is per calling thread).
 
-        OpenMP workers spin while they wait; on a CPU shared with other busy processes two spinning
-        threads on two cores make one small query 10–20× slower than a single thread does.
+        Parallelism comes from several workers on separate chunks: OpenMP workers spin while they wait,
+        and on a CPU shared with other busy processes two spinning threads made one small query 10–20×
+        slower than one thread did.
         """
-        if not self.cpu_threads or getattr(self._local, "limited", False):
+        if getattr(self._local, "limited", False):
             return
         import faiss
 
-        faiss.omp_set_num_threads(self.cpu_threads)
+        faiss.omp_set_num_threads(1)
         self._local.limited = True
 
     @property
@@ -121,7 +142,7 @@ class Retriever:
         return out
 
     def search_many(self, specs: list[SearchSpec]) -> list[Result]:
-        self._limit_threads()
+        self.prepare_thread()
         dense = self._side([s if s.mode != "sparse" else None for s in specs], self._dense)
         sparse = self._side([s if s.mode != "dense" else None for s in specs], self._sparse)
         start = time.perf_counter()
@@ -171,7 +192,8 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
     encoder = Encoder(settings.encoder or manifest["encoder"]["name"],
                       query_prefix=(settings.query_prefix if settings.query_prefix is not None
                                     else manifest["encoder"].get("query_prefix", "")),
-                      device=settings.device, batch_size=settings.encode_batch_size, threads=settings.cpu_threads)
+                      device=settings.device, batch_size=settings.encode_batch_size,
+                      threads=1)  # per worker thread; the workers are the parallelism (see Retriever)
     if encoder.dim != manifest["encoder"]["dim"]:
         raise ValueError(f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds "
                          f"{manifest['encoder']['dim']}-d")
