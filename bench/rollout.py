@@ -1,8 +1,8 @@
 """Rollout orchestration benchmark: how close concurrent ``coda`` episodes get to the ideal episode rate.
 
-Setup (all real processes on 127.0.0.1): the scripted fake LLM (``python -m services.rollout fake-llm``)
+Setup (all real processes on 127.0.0.1): the scripted fake LLM (``python -m testing.fake_llm``)
 with a fixed per-call latency (default 20 ms), the real retriever serving the bundled HotpotQA index, and
-the agents of ``shared.agents`` driven from this process on uvloop (what uvicorn runs the service on).
+the agents of ``recipes.core`` driven from this process on uvloop (what uvicorn runs the service on).
 
 A scripted ``coda`` episode is: planner ``<task>`` → executor ``<search>`` → retrieval → executor
 ``<answer>`` → planner ``<answer>``: 4 LLM calls and 1 retrieval on its critical path. With ``C`` episodes
@@ -29,20 +29,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.rollout.fake_llm import FakeLLM, protocol_script  # noqa: E402
-from services.rollout.serving import wait_healthy  # noqa: E402
 from recipes import run_episode  # noqa: E402
-from shared.agents.aio_llm import AiohttpCompletions  # noqa: E402
-from shared.agents.batching import BatchingRetriever  # noqa: E402
-from shared.agents.context import AgentContext  # noqa: E402
-from shared.agents.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
-from shared.agents.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
-from shared.agents.turns import Budget  # noqa: E402
-from shared.datasets import load_prompts  # noqa: E402
+from recipes.core.aio_llm import AiohttpCompletions  # noqa: E402
+from recipes.core.batching import BatchingRetriever  # noqa: E402
+from recipes.core.context import AgentContext  # noqa: E402
+from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
+from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
+from recipes.core.turns import Budget  # noqa: E402
+from recipes.datasets import load_prompts  # noqa: E402
+from services.rollout.serving import wait_healthy  # noqa: E402
 from shared.inference_client import completion_body, parse_completion  # noqa: E402
 from shared.protocol.inference import CompletionRequest  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
 from shared.retriever_client import AsyncRetrieverClient  # noqa: E402
+from testing.fake_llm import FakeLLM, protocol_script  # noqa: E402
 
 LLM_CALLS_ON_PATH = 4
 RETRIEVALS_ON_PATH = 1
@@ -182,7 +182,7 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         f"Fake LLM with a fixed {args.delay_ms:.0f} ms per call (separate process), the real retriever "
         f"(`--mode {args.retriever_mode}` over the 6,785-passage HotpotQA corpus, separate process), scripted `coda` "
         "episodes (planner task → executor search → executor answer → planner answer) driven by "
-        f"`shared.agents` on uvloop in the benchmark process; tokenizer: "
+        f"`recipes.core` on uvloop in the benchmark process; tokenizer: "
         f"{'one id per character' if args.tokenizer == 'char' else 'a 4096-token BPE with a chat template (the tiny-model factory)'}.",
         "",
         f"Critical path of one episode: {LLM_CALLS_ON_PATH} × {args.delay_ms:.0f} ms LLM + "
@@ -191,7 +191,7 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "Ideal rate = concurrency ÷ critical path.",
         "",
         "`http`: the agents call the fake LLM over HTTP with the rollout's LLM transport "
-        "(`shared.agents.aio_llm`: aiohttp, with `shared.inference_client`'s request body and parser; the "
+        "(`recipes.core.aio_llm`: aiohttp, with `shared.inference_client`'s request body and parser; the "
         "production path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
         "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost. The CPU column "
         "is this process's CPU time per finished episode; for `in-process` the fake model's own work is "
@@ -240,7 +240,7 @@ def main() -> None:
         start([sys.executable, "-m", "services.retriever", "serve", "--index", str(index), "--port",
                str(args.retriever_port), "--host", "127.0.0.1", "--device", "cpu", "--mode", args.retriever_mode],
               f"http://127.0.0.1:{args.retriever_port}", logs / "retriever.log"),
-        start([sys.executable, "-m", "services.rollout", "fake-llm", "--port", str(args.llm_port), "--delay-ms",
+        start([sys.executable, "-m", "testing.fake_llm", "--port", str(args.llm_port), "--delay-ms",
                str(args.delay_ms), "--no-record", "--tokenizer", args.tokenizer], f"http://127.0.0.1:{args.llm_port}", logs / "fake-llm.log"),
     ]
     try:

@@ -7,15 +7,23 @@ touches that module (and its TOML in ``configs/``) and nothing else.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING
 
-from recipes.base import Recipe, Scoring, episode_reward, load_reward
-from shared.agents.context import AgentContext, Episode
-from shared.datasets import PromptRecord
+if TYPE_CHECKING:
+    from recipes.base import Recipe
+    from recipes.core.context import AgentContext, Episode
+    from recipes.datasets import PromptRecord
+
+_BASE = ("Recipe", "Scoring", "episode_reward", "load_reward")  # from recipes.base, imported on first use
 
 
+@functools.cache
 def _collect() -> dict[str, Recipe]:
+    # On first use, not at import: ``recipes.answers`` alone (the retriever's eval imports it) must not pull in
+    # every agent.
     found: dict[str, Recipe] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.ispkg or info.name == "base":
@@ -27,14 +35,19 @@ def _collect() -> dict[str, Recipe]:
     return found
 
 
-RECIPES: dict[str, Recipe] = _collect()
+def __getattr__(name: str) -> object:
+    if name == "RECIPES":  # ``from recipes import RECIPES``: the mapping, collected on first use
+        return _collect()
+    if name in _BASE:
+        return getattr(importlib.import_module("recipes.base"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_recipe(name: str) -> Recipe:
     try:
-        return RECIPES[name]
+        return _collect()[name]
     except KeyError:
-        raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(RECIPES))}") from None
+        raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(_collect()))}") from None
 
 
 async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Episode:

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.agents.context import AgentContext, Episode
-from shared.datasets import PromptRecord
-from shared.rewards.result import RewardResult
+from recipes.core.context import AgentContext, Episode
+from recipes.datasets import PromptRecord
+from recipes.rewards.result import RewardResult
 
 AgentFn = Callable[[AgentContext, PromptRecord], Awaitable[Episode]]
 SERVICES = frozenset({"retriever", "searcher", "frozen"})

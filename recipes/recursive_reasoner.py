@@ -1,4 +1,9 @@
-"""The recursive math reasoner: a trained JSON planner decomposes a word problem, a frozen worker solves it.
+"""The recursive math reasoner: a trained JSON planner decomposes a word problem; a frozen worker solves it.
+
+The planner writes one JSON object (``should_decompose``, ``subproblems``, ``plan``) in a single turn; only
+its tokens are trained. The frozen worker then solves each subproblem (concurrently: they are meant to be
+independent) and combines the partial results, or solves the problem directly when the plan is atomic or
+does not parse. Worker text never enters the planner's trajectory.
 
 Reward: correctness of the worker's final number, token efficiency and the independence of the subproblems
 (0.1 when the plan does not parse). Eval adds numeric accuracy.
@@ -6,14 +11,72 @@ Reward: correctness of the worker's final number, token efficiency and the indep
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+
+from recipes.answers import numeric_match, parse_number
 from recipes.base import Recipe, Scoring, episode_reward
-from shared.agents.context import Episode
-from shared.agents.recursive_reasoner import ReasonerFacts, run_recursive_reasoner
-from shared.answers import numeric_match
-from shared.datasets import PromptRecord
-from shared.rewards.recipes import recursive_reasoner_reward
-from shared.rewards.result import RewardResult
-from shared.rewards.similarity import subproblem_independence
+from recipes.core.context import AgentContext, Episode
+from recipes.core.llm import Generator
+from recipes.core.trajectory import TokenTrajectory
+from recipes.datasets import PromptRecord
+from recipes.prompts import decomposer_prompt, worker_combine_prompt, worker_direct_prompt, worker_solve_prompt
+from recipes.rewards.formulas import recursive_reasoner_reward
+from recipes.rewards.planner_json import parse_planner_json, plan_subproblems
+from recipes.rewards.result import RewardResult
+from recipes.rewards.similarity import subproblem_independence
+
+
+@dataclass(frozen=True)
+class ReasonerFacts:
+    parsed: bool  # the planner's JSON parsed
+    decomposed: bool  # ... and named subproblems
+    subproblems: tuple[str, ...]
+    planner_tokens: int
+    worker_tokens: int
+    worker_final: str  # the worker's final text (the answer is parsed from it)
+
+
+async def _work(llm: Generator, ctx: AgentContext, prompt: str) -> tuple[str, int]:
+    budget = ctx.budget("worker")
+    gen = await llm.generate(ctx.tok.encode(prompt), stop=[], max_tokens=budget.max_tokens)
+    return gen.text, len(gen.token_ids)
+
+
+def _json_number(text: str, key: str) -> str:
+    parsed = parse_planner_json(text) or {}
+    value = parsed.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    number = parse_number(str(value) if value is not None else text)
+    return "" if number is None else str(number)
+
+
+async def run_recursive_reasoner(ctx: AgentContext, record: PromptRecord) -> Episode:
+    if ctx.frozen is None:
+        raise RuntimeError("recursive-reasoner needs a frozen worker model")
+    planner = TokenTrajectory(ctx.tok.encode(decomposer_prompt(record.question)), role="planner")
+    budget = ctx.budget("planner")
+    gen = await ctx.policy.generate(planner.next_prompt(), stop=[],
+                                    max_tokens=min(budget.max_tokens, budget.max_context_tokens - planner.prompt_len))
+    planner.add_generation(gen)
+    plan = parse_planner_json(gen.text)
+    subproblems = plan_subproblems(plan) if plan else []
+    if subproblems:
+        solved = await asyncio.gather(*(_work(ctx.frozen, ctx, worker_solve_prompt(record.question, s))
+                                        for s in subproblems))
+        steps = [(s, _json_number(text, "result") or text.strip()) for s, (text, _) in zip(subproblems, solved,
+                                                                                            strict=True)]
+        final_text, final_tokens = await _work(ctx.frozen, ctx, worker_combine_prompt(record.question, steps))
+        worker_tokens = sum(n for _, n in solved) + final_tokens
+    else:
+        final_text, worker_tokens = await _work(ctx.frozen, ctx, worker_direct_prompt(record.question))
+    answer = _json_number(final_text, "final_answer") or None
+    planner.finish_reason = "length" if gen.finish_reason == "length" else "stop"
+    return Episode(main=planner, answer=answer,
+                   facts=ReasonerFacts(parsed=plan is not None, decomposed=bool(subproblems),
+                                       subproblems=tuple(subproblems), planner_tokens=len(gen.token_ids),
+                                       worker_tokens=worker_tokens, worker_final=final_text))
 
 
 @episode_reward

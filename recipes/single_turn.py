@@ -9,12 +9,12 @@ gold answers with the answer metric; a user reward (``[rollout] reward = "module
 from __future__ import annotations
 
 from recipes.base import Recipe, Scoring, episode_reward
-from shared.agents.context import AgentContext, Episode
-from shared.agents.llm import whole_tokens
-from shared.agents.trajectory import TokenTrajectory
-from shared.datasets import PromptRecord
-from shared.rewards.answer import answer_reward
-from shared.rewards.result import RewardResult
+from recipes.core.context import AgentContext, Episode
+from recipes.core.llm import whole_tokens
+from recipes.core.trajectory import TokenTrajectory
+from recipes.datasets import PromptRecord
+from recipes.rewards.answer import answer_reward
+from recipes.rewards.result import RewardResult
 
 
 async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:

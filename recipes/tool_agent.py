@@ -1,4 +1,9 @@
-"""The tool-calling agent: the model calls a ``search`` tool in its chat template's tool-call format.
+"""The tool-calling agent: OpenAI-style tool calls (hermes layout) to one ``search`` tool over the retriever.
+
+The assistant turn stops at ``</tool_call>``; the call's JSON is parsed (``{"name": "search", "arguments":
+{"query": ...}}``), only the first call of a turn is executed (as upstream's tool-calling agent did), and its
+result is appended as a tool turn rendered by the model's chat template (``TokenizerLike.tool_turn``). A turn
+that ends with EOS and no call is the final reply; the answer is the text after the last ``</think>``.
 
 Reward: MRR of the retrieved gold documents, answer similarity and the think-format fraction, weighted
 (``tool_reward_weights``), or re-combined per group (``reward_combination``: uniform, std, PCA, L2).
@@ -6,17 +11,80 @@ Reward: MRR of the retrieved gold documents, answer similarity and the think-for
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from recipes.base import Recipe, Scoring, episode_reward
-from shared.agents.context import Episode
-from shared.agents.tool_agent import chat, run_tool_agent
-from shared.datasets import gold_doc_ids
-from shared.rewards.combine import combine_rewards
-from shared.rewards.efficiency import think_format_fraction
-from shared.rewards.recipes import tool_agent_reward
-from shared.rewards.result import RewardResult
-from shared.rewards.similarity import answer_similarity
+from recipes.core.context import AgentContext, Episode, SearchTrace
+from recipes.core.trajectory import TokenTrajectory
+from recipes.core.turns import Action, Observation, RoleSpec, run_turns
+from recipes.datasets import PromptRecord, gold_doc_ids
+from recipes.prompts import tool_agent_messages
+from recipes.rewards.combine import combine_rewards
+from recipes.rewards.efficiency import think_format_fraction
+from recipes.rewards.formulas import tool_agent_reward
+from recipes.rewards.result import RewardResult
+from recipes.rewards.similarity import answer_similarity
+from shared.tags import THINK_CLOSE, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
+INVALID_TOOL_CALL = ('\nThe tool call was not valid JSON of the form {"name": "search", "arguments": '
+                     '{"query": "..."}}. Call the tool again or reply with the answer.\n')
+FINAL_REPLY_NUDGE = "\nNo more tool calls are available. Reply with your answer now.\n"
+
+
+def parse_tool_calls(text: str) -> list[Action]:
+    """Complete ``<tool_call>`` blocks as ``Action("search", query)``; a malformed call is ``Action("bad", …)``."""
+    out = []
+    for block in text.split(TOOL_CALL_OPEN)[1:]:
+        if TOOL_CALL_CLOSE not in block:
+            continue
+        raw = block.split(TOOL_CALL_CLOSE, 1)[0].strip()
+        try:
+            call = json.loads(raw)
+            query = call["arguments"]["query"] if call.get("name") == "search" else None
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            query = None
+        out.append(Action("search", str(query)) if isinstance(query, str) and query.strip() else Action("bad", raw))
+    return out
+
+
+def final_reply(text: str) -> str | None:
+    reply = text.split(THINK_CLOSE)[-1].strip()
+    return reply or None
+
+
+async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
+    traj = TokenTrajectory(ctx.tok.render(tool_agent_messages(record.question)), role="policy")
+    queries: list[str] = []
+    retrieved: list[list[str]] = []
+
+    async def act(actions: list[Action]) -> Observation:
+        call = actions[0]
+        if call.tag == "bad":
+            content = INVALID_TOOL_CALL
+        else:
+            docs = (await ctx.retriever.retrieve([call.content], topk=ctx.topk))[0]
+            queries.append(call.content)
+            retrieved.append([d.id for d in docs])
+            content = json.dumps({"ids": [d.id for d in docs], "documents": [d.contents for d in docs]})
+        marker = "\x00"  # the content is the only truncatable part of the rendered tool turn
+        before, _, after = ctx.tok.tool_turn(marker).partition(marker)
+        return Observation(content=content, before=before, after=after, tag="tool_response")
+
+    spec = RoleSpec(actions=("search",), invalid_message=INVALID_TOOL_CALL, budget=ctx.budget("policy"),
+                    stop=(TOOL_CALL_CLOSE,), parse=parse_tool_calls, answer_on_eos=final_reply,
+                    final_message=FINAL_REPLY_NUDGE, final_stop=(TOOL_CALL_CLOSE,))
+    outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
+    return Episode(main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved),
+                   invalid_turns=outcome.invalid_turns)
+
+
+def chat(traj: TokenTrajectory) -> list[dict]:
+    """The episode as chat messages for the format reward: every turn the model wrote (``assistant``) and
+    every tool result (``tool``); the environment's messages (invalid call, final nudge) are nobody's turn."""
+    return [{"role": "assistant", "content": s.text} if s.source == "generated"
+            else {"role": "tool", "content": s.content} for s in traj.segments if s.source != "message"]
+
 
 COMPONENTS = ("mrr", "answer_similarity", "format")
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from recipes.answers import normalize_answer
 from services.retriever.corpus import CorpusStore, read_jsonl
 from services.retriever.engine import Retriever, SearchSpec
-from shared.answers import normalize_answer
 
 KS = (1, 3, 5, 10, 20)
 MODES = ("dense", "sparse", "hybrid")

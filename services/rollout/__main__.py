@@ -1,4 +1,4 @@
-"""``python -m services.rollout {serve,eval,fake-llm}`` — the rollout service's command line."""
+"""``python -m services.rollout {serve,eval}`` — the rollout service's command line."""
 
 from __future__ import annotations
 
@@ -19,12 +19,6 @@ def parser() -> argparse.ArgumentParser:
                                     "(or --recipe coda: configs/coda.toml when present, else the coda agent "
                                     "with defaults)")
     RolloutSettings.add_arguments(ev)
-    fake = sub.add_parser("fake-llm", help="serve the scripted protocol-following fake LLM (vLLM API shape)")
-    fake.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
-    fake.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
-    fake.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
-    fake.add_argument("--tokenizer", default="char",
-                      help="tokenizer directory the agents use ('char': the one-id-per-character test tokenizer)")
     return p
 
 
@@ -46,15 +40,6 @@ def main(argv: list[str] | None = None) -> None:
     from shared.log import configure_logging
 
     configure_logging()
-    if args.command == "fake-llm":
-        import uvicorn
-
-        from services.rollout.fake_llm import FakeLLM, protocol_script
-        from services.rollout.runtime import load_tokenizer
-
-        fake = FakeLLM(load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record)
-        uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
-        return
     settings = RolloutSettings.from_args(resolve_recipe(args))
     if args.command == "eval":
         from services.rollout.eval import format_table, run_eval

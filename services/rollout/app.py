@@ -14,6 +14,7 @@ import socket
 import redis
 from fastapi import FastAPI
 
+from recipes.datasets import load_prompts, select_split
 from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
@@ -21,7 +22,6 @@ from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
 from services.rollout.weights import WeightFollower
-from shared.datasets import load_prompts, select_split
 from shared.http import create_app
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup

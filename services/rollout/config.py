@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from recipes import RECIPES, Recipe, get_recipe, load_reward
-from shared.agents.turns import Budget
+from recipes.core.turns import Budget
 from shared.settings import ServiceSettings, service_config
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import redis
 
+from recipes.core.context import Episode
+from recipes.core.llm import PolicyState
+from recipes.datasets import PromptRecord, load_prompts, select_split
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, search_metrics
 from services.rollout.weights import WeightFollower
-from shared.agents.context import Episode
-from shared.agents.llm import PolicyState
-from shared.datasets import PromptRecord, load_prompts, select_split
 from shared.log import get_logger
 
 log = get_logger(__name__)

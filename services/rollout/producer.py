@@ -21,14 +21,14 @@ import aiohttp
 import httpx
 import redis
 
+from recipes.core.context import AgentContext, Episode
+from recipes.datasets import PromptRecord
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import build_group, combine_group, score_episode
-from shared.agents.context import AgentContext, Episode
-from shared.datasets import PromptRecord
 from shared.inference_client import InferenceError
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup

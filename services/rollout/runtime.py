@@ -7,24 +7,16 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from recipes.core.aio_llm import AiohttpCompletions
+from recipes.core.batching import BatchingRetriever
+from recipes.core.context import AgentContext
+from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
+from recipes.core.searcher_client import AsyncSearcherClient
+from recipes.core.tokenizer import TokenizerLike, load_tokenizer
 from services.rollout.config import RolloutSettings
-from shared.agents.aio_llm import AiohttpCompletions
-from shared.agents.batching import BatchingRetriever
-from shared.agents.context import AgentContext
-from shared.agents.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
-from shared.agents.searcher_client import AsyncSearcherClient
-from shared.agents.tokenizer import CharTokenizer, HFTokenizer, TokenizerLike
 from shared.inference_client import InferenceClient
 from shared.retriever_client import AsyncRetrieverClient
 from shared.retry import RetryPolicy
-
-
-def load_tokenizer(spec: str) -> TokenizerLike:
-    if spec == "char":
-        return CharTokenizer()
-    if not spec:
-        raise ValueError("set the tokenizer (CODA_ROLLOUT_TOKENIZER / --tokenizer): the served model's folder")
-    return HFTokenizer(spec)
 
 
 @contextlib.asynccontextmanager

@@ -14,13 +14,13 @@ import time
 from collections.abc import Sequence
 
 from recipes import Scoring, get_recipe, load_reward
+from recipes.answers import answer_scores
+from recipes.core.context import Episode
+from recipes.datasets import PromptRecord, gold_doc_ids
+from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
-from shared.agents.context import Episode
-from shared.answers import answer_scores
-from shared.datasets import PromptRecord, gold_doc_ids
 from shared.protocol import TrajectoryGroup
-from shared.rewards.result import RewardResult
 
 
 def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Episode,

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import redis
 
+from recipes.core.llm import PolicyState
 from shared.admission import ADMISSION_KEY, read_mark
-from shared.agents.llm import PolicyState
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
 from shared.stream import decode

@@ -1,6 +1,6 @@
 """The searcher's FastAPI app: ``POST /search``, ``/health``, ``/metrics``.
 
-Each request runs its own episode (``shared.agents.searcher.run_searcher``) with its own ``max_turns``;
+Each request runs its own episode (``services.searcher.loop.run_searcher``) with its own ``max_turns``;
 nothing per request is stored on the app, so concurrent requests never see each other's settings.
 An upstream failure (LLM or retriever down after retries) answers 502 with the cause, never a 500.
 """
@@ -14,11 +14,11 @@ import httpx
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 
+from recipes.core.context import AgentContext
+from recipes.core.llm import FrozenGenerator, Sampling
+from recipes.core.tokenizer import CharTokenizer, HFTokenizer
 from services.searcher.config import SearcherSettings
-from shared.agents.context import AgentContext
-from shared.agents.llm import FrozenGenerator, Sampling
-from shared.agents.searcher import run_searcher
-from shared.agents.tokenizer import CharTokenizer, HFTokenizer
+from services.searcher.loop import run_searcher
 from shared.http import ApiError, create_app
 from shared.inference_client import InferenceClient, InferenceError
 from shared.log import get_logger

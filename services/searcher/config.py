@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from shared.agents.turns import Budget
+from recipes.core.turns import Budget
 from shared.settings import ServiceSettings, service_config
 
 

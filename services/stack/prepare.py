@@ -18,6 +18,8 @@ On a restart of the stack the job finds them all in its volumes and exits at onc
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import os
 from dataclasses import dataclass
@@ -33,6 +35,15 @@ BUNDLED_INDEXES = {
     "runs/index/hotpotqa": ("data/hotpotqa/corpus.jsonl",
                             ["--embeddings", "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy"]),
 }
+
+
+def content_key(*parts: object) -> str:
+    """A short hash of ``parts``: a file's bytes for a ``Path`` to a file, the text of anything else."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.read_bytes() if isinstance(part, Path) and part.is_file() else str(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
 
 def sft_path(root: Path, stack: StackSettings) -> Path | None:
@@ -54,12 +65,21 @@ class Layout:
     source: str | None = None   # where a missing model comes from: None builds a tiny one, else import-gguf's
 
     @classmethod
-    def for_run(cls, run: Path, stack: StackSettings) -> Layout:
+    def for_run(cls, run: Path, stack: StackSettings, sft_format: str = "search") -> Layout:
         """``make train``: everything inside the run's own folder, but for a real model (``[stack] model``):
-        that is shared by every run, and imported once from ``[stack] model_source`` when missing."""
-        model = run / "model" if stack.model == "tiny" else Path(stack.model)
-        return cls(model=model, index=run / "index", corpus=stack.corpus, index_args=(), sft=sft_path(run, stack),
-                   evals=run / "eval", source=None if stack.model == "tiny" else stack.model_source or "")
+        that is shared by every run, and imported once from ``[stack] model_source`` when missing; its index and
+        demonstrations are cached under ``<run_root>/../cache`` by the hash of what they are made from, so a
+        new run of the same recipe starts without rebuilding them. (The tiny model is built per run with its
+        own tokenizer, so its run keeps its own.)"""
+        if stack.model == "tiny":
+            return cls(model=run / "model", index=run / "index", corpus=stack.corpus, index_args=(),
+                       sft=sft_path(run, stack), evals=run / "eval", source=None)
+        cache = Path(stack.run_root).parent / "cache"
+        index_key = content_key(Path(stack.corpus))
+        sft_key = content_key(index_key, Path(stack.train_qa), stack.model, stack.sft_topk, stack.sft_think, sft_format)
+        return cls(model=Path(stack.model), index=cache / f"index-{index_key}", corpus=stack.corpus, index_args=(),
+                   sft=cache / f"sft-{sft_key}.jsonl" if stack.sft else None, evals=run / "eval",
+                   source=stack.model_source or "")
 
     @classmethod
     def for_recipe(cls, recipe: str, stack: StackSettings, root: Path = COMPOSE_ROOT) -> Layout:

@@ -31,7 +31,7 @@ from services.stack import runs
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout
 from services.stack.progress import Display, Pace
-from services.stack.report import EvalResult, read_eval, render_summary, training_progress
+from services.stack.report import EvalResult, read_eval, read_log, render_summary, training_progress
 from services.stack.supervisor import Service, Supervisor
 from services.stack.vllm import SERVE_COMMAND, serve_env
 from services.trainer.config import TrainerSettings
@@ -73,9 +73,14 @@ class LocalStack:
         self.needs = get_recipe(self.agent).needs
         self.retrieves = get_recipe(self.agent).reaches_retriever
         self.demonstrations = get_recipe(self.agent).demonstrations  # make-sft's format; None: none
-        self.max_steps = TrainerSettings.load(recipe).max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
+        trainer = TrainerSettings.load(recipe)
+        self.max_steps = trainer.max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
+        # A LoRA run never changes the served base weights, so the step-0 eval (of the base model) can run beside
+        # training instead of before it: the first step comes a whole eval sooner. Full fine-tuning reloads the
+        # base weights at every publish, so its step-0 eval must finish first.
+        self.eval_beside_training = trainer.finetune == "lora"
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
-        self.layout = layout or Layout.for_run(self.run, settings)
+        self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")
         self.ports = Ports.free()
         self.started = time.time()
 
@@ -151,7 +156,9 @@ class LocalStack:
         if serving or need_sft or need_eval:
             self.start_servers(sup, redis=serving, inference=serving or need_eval)
         sft = self.make_sft(sup)
-        if need_eval:
+        if need_eval and serving and self.eval_beside_training:
+            before = None  # run_all starts it beside training
+        elif need_eval:
             before = self.evaluate(sup, "step0")
         elif steps.has_eval(L, "step0"):
             before = read_eval(L.evals / "step0")
@@ -234,6 +241,21 @@ class LocalStack:
         self.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
         return read_eval(out)
 
+    def start_base_eval(self, sup: Supervisor) -> Service:
+        """The step-0 eval of the served base model, started beside training (``eval_beside_training``)."""
+        args = [*steps.eval_args(self.settings, self.layout.evals / "step0"), "--eval-policy", "base"]
+        self.say("step-0 eval started beside training (LoRA: the base weights it evaluates do not change)")
+        return sup.start(self.service("eval-step0", args))
+
+    def finish_eval(self, sup: Supervisor, service: Service, started: float) -> EvalResult:
+        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s, tick_s=self.tick_s,
+                            on_tick=lambda: self.status("eval-step0: still running"))
+        if code != 0:
+            raise RuntimeError(f"eval-step0 failed with exit code {code}; last log lines:\n{service.tail()}")
+        sup.stop(service)
+        self.say(f"eval-step0 done in {time.time() - started:.0f}s (beside training)")
+        return read_eval(self.layout.evals / "step0")
+
     def trainer_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
         """The trainer, with the time to write its checkpoint when stopped (a real model's takes a while)."""
         service = self.service("trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag,
@@ -263,9 +285,16 @@ class LocalStack:
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
         pace = Pace(max_steps)
+        first_step: list[float] = []
+        resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
 
         def progress() -> None:
-            self.status(training_progress(log_file, max_steps, time.time() - start, pace)[1])
+            steps_done, line = training_progress(log_file, max_steps, time.time() - start, pace)
+            if steps_done > resumed_at and not first_step:
+                first_step.append(time.time())
+                self.say(f"first step done {first_step[0] - self.started:.0f}s after the start "
+                         f"({first_step[0] - start:.0f}s after the trainer started)")
+            self.status(line)
 
         try:
             code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
@@ -287,10 +316,17 @@ class LocalStack:
     def run_all(self) -> str:
         with Supervisor(self.run / "logs") as sup:
             sft, before = self.prepare_all(sup)
-            self.say(f"step-0 eval: {before.headline()}")
+            beside = None
+            if before is None:
+                beside, eval_started = self.start_base_eval(sup), time.time()
+            else:
+                self.say(f"step-0 eval: {before.headline()}")
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
                 self.say(f"training resumes from the checkpoint of step {resumed}")
             self.train(sup, sft)
+            if beside is not None:
+                before = self.finish_eval(sup, beside, eval_started)
+                self.say(f"step-0 eval: {before.headline()}")
             after = self.evaluate(sup, "final")
         runs.mark_finished(self.run)
         return render_summary(self.run, before, after, time.time() - self.started)
@@ -318,7 +354,7 @@ def prompt_text(repeats: int = 30) -> str:
     The tiny model's tokenizer is trained on what the model will read: without the instructions, their words
     split into many byte-level pieces and a prompt costs several hundred tokens (more than a tiny context).
     """
-    from shared import prompts
+    from recipes import prompts
 
     messages = (prompts.search_agent_messages("?") + prompts.planner_messages("?") + prompts.executor_messages("?")
                 + prompts.searcher_messages("?", 2) + prompts.tool_agent_messages("?"))

@@ -44,7 +44,7 @@ def train(args: argparse.Namespace) -> int:
     settings = TrainerSettings.from_args(args)
     from services.trainer.app import build_app, serve_in_thread
     from services.trainer.loop import Trainer
-    from shared.outage import DependencyDown
+    from services.trainer.outage import DependencyDown
 
     holder: dict = {}
     app, registry = build_app(lambda: holder.get("trainer"))

@@ -6,7 +6,7 @@ are acknowledged on the spot and not trained twice, the others are trained again
 
 A group the model cannot train on although it validates (``group_check``: a token id outside the
 vocabulary would crash the embedding on every restart) is dead-lettered at read time. Redis outages are
-waited out (``shared.outage``); a stop cuts the wait short and ``collect`` returns what it has.
+waited out (``services.trainer.outage``); a stop cuts the wait short and ``collect`` returns what it has.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from services.trainer.outage import DependencyDown, Patience
 from services.trainer.packing import TrainSeq
 from shared.log import get_logger
-from shared.outage import DependencyDown, Patience
 from shared.protocol import Sample, TrajectoryGroup
 from shared.stream import Entry, StreamQueue
 

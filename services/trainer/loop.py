@@ -13,7 +13,7 @@ A crash before 2 loses the step's effect and its groups are still pending: they 
 between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
 
 Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks.
-Their outages are waited out (``shared.outage``: retries with backoff, logged); only one that outlasts
+Their outages are waited out (``services.trainer.outage``: retries with backoff, logged); only one that outlasts
 ``dependency_timeout_s`` ends the run. Stopping needs neither: the checkpoint is written first, the ack is
 tried briefly and otherwise left to the next start (the checkpoint's ``covered`` list), and a publish that
 cannot finish is redone by the next start's ``_sync_server``.
@@ -29,21 +29,21 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint, faults
+from services.trainer.batch_loss import Objective, finish
 from services.trainer.batches import GroupReader, group_check, teaching, to_sequences
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
-from services.trainer.objective import Objective, finish
 from services.trainer.observe import Observer
+from services.trainer.outage import DependencyDown, Patience, Patient
 from services.trainer.publish import Publisher
+from services.trainer.rl.advantages import trajectory_advantages
 from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
 from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
 from shared.admission import consumed_groups
-from shared.advantages import trajectory_advantages
 from shared.log import get_logger
-from shared.outage import DependencyDown, Patience, Patient
 from shared.protocol import TrajectoryGroup
 from shared.stream import Entry, StreamQueue
 

@@ -29,8 +29,8 @@ import json
 import re
 from pathlib import Path
 
-from shared.answers import as_gold_list, normalize_answer
-from shared.prompts import (
+from recipes.answers import as_gold_list, normalize_answer
+from recipes.prompts import (
     OBSERVATION_WRAP,
     executor_messages,
     format_documents,
@@ -143,7 +143,7 @@ def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = 
 
 def run(args: argparse.Namespace) -> str:
     """Write the demonstrations; returns the one-line summary the command prints."""
-    from shared.agents.tokenizer import HFTokenizer
+    from recipes.core.tokenizer import HFTokenizer
     from shared.retriever_client import RetrieverClient
 
     rows = [json.loads(line) for line in args.qa.read_text().splitlines() if line.strip()]

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from shared.outage import Patience, Patient
+from services.trainer.outage import Patience, Patient
 from shared.protocol import TrajectoryGroup
 from shared.redis_server import RedisServer
 from shared.stream import StreamQueue

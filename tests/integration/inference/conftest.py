@@ -47,7 +47,7 @@ def reference(tiny_model):
 
 @pytest.fixture(scope="session")
 def server_url(tiny_model, weights_root):
-    from services.inference.local import serve_in_thread
+    from testing.local_inference import serve_in_thread
 
     settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
                                  weights_root=str(weights_root), max_loras=2, max_lora_rank=16,

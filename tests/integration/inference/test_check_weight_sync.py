@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from services.inference.config import InferenceSettings
-from services.inference.local import serve_in_thread
 from shared.redis_server import free_port
+from testing.local_inference import serve_in_thread
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "deploy" / "vllm" / "check_weight_sync.py"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from services.inference.config import InferenceSettings
-from services.inference.local import serve_in_thread
 from shared.inference_client import SyncInferenceClient
 from shared.redis_server import free_port
+from testing.local_inference import serve_in_thread
 from tests.live_vllm import running_vllm
 
 pytestmark = pytest.mark.vllm

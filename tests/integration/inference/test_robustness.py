@@ -12,8 +12,8 @@ import pytest
 
 from services.inference.app import create_inference_app
 from services.inference.config import InferenceSettings
-from services.inference.local import serve_in_thread
 from shared.redis_server import free_port
+from testing.local_inference import serve_in_thread
 
 GOOD = {"model": "policy", "prompt": [5, 17, 300], "max_tokens": 8, "ignore_eos": True}
 PAUSE_WAIT_S = 1.0  # this server's bound on waiting for /resume (production: 60 s)

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from services.inference.config import InferenceSettings
-from services.inference.local import serve_in_thread
 from shared.redis_server import free_port
+from testing.local_inference import serve_in_thread
 
 PROMPT = [5, 17, 300, 42, 9, 77]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from recipes.core.tokenizer import CharTokenizer
 from services.rollout.config import RolloutSettings
-from services.rollout.fake_llm import FakeLLM, protocol_script
 from services.rollout.serving import ThreadedServer
-from shared.agents.tokenizer import CharTokenizer
+from testing.fake_llm import FakeLLM, protocol_script
 from tests.integration.rollout.servers import lookup_retriever
 
 

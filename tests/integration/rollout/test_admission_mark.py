@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from recipes.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
 from shared.admission import consumed_groups, read_mark
-from shared.agents.llm import PolicyState
 from shared.protocol import AdmissionMark, TrajectoryGroup
 from shared.stream import StreamQueue
 from tests.integration.trainer.harness import random_group

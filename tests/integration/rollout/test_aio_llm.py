@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from shared.agents.aio_llm import AiohttpCompletions
+from recipes.core.aio_llm import AiohttpCompletions
 from shared.redis_server import free_port
 from shared.retry import RetryPolicy
 

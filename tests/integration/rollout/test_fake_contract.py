@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import httpx
 
-from services.rollout.fake_llm import FakeLLM, protocol_script
+from recipes.core.tokenizer import CharTokenizer, HFTokenizer
+from recipes.prompts import search_agent_messages
 from services.rollout.serving import ThreadedServer
-from shared.agents.tokenizer import CharTokenizer, HFTokenizer
 from shared.inference_client import completion_body, parse_completion
-from shared.prompts import search_agent_messages
+from testing.fake_llm import FakeLLM, protocol_script
 from tests.integration.rollout.servers import inference_server, tiny_model
 
 

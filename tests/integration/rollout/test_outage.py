@@ -11,14 +11,14 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from recipes.core.tokenizer import CharTokenizer
+from recipes.datasets import load_prompts
 from services.rollout.admission import Admission
 from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
 from services.rollout.serving import ThreadedServer
-from shared.agents.tokenizer import CharTokenizer
-from shared.datasets import load_prompts
 from shared.protocol import TrajectoryGroup
 from shared.redis_server import free_port
 from shared.stream import StreamQueue

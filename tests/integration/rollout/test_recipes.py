@@ -8,6 +8,14 @@ import asyncio
 
 import pytest
 
+from recipes.core.tokenizer import HFTokenizer
+from recipes.datasets import load_prompts
+from recipes.prompts import (
+    decomposer_prompt,
+    planner_messages,
+    search_agent_messages,
+    tool_agent_messages,
+)
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
@@ -17,14 +25,6 @@ from services.rollout.runtime import agent_context
 from services.rollout.serving import ThreadedServer
 from services.searcher.app import build_app as build_searcher
 from services.searcher.config import SearcherSettings
-from shared.agents.tokenizer import HFTokenizer
-from shared.datasets import load_prompts
-from shared.prompts import (
-    decomposer_prompt,
-    planner_messages,
-    search_agent_messages,
-    tool_agent_messages,
-)
 from shared.protocol import TrajectoryGroup
 from shared.stream import StreamQueue
 from tests.integration.rollout.servers import inference_server, tiny_model

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from recipes.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
-from shared.agents.llm import PolicyState
 from shared.protocol import WeightUpdate
 from shared.stream import StreamQueue
 

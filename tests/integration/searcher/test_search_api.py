@@ -8,13 +8,13 @@ import asyncio
 import httpx
 import pytest
 
-from services.rollout.fake_llm import FakeLLM, protocol_script
+from recipes.core.tokenizer import CharTokenizer, HFTokenizer
 from services.rollout.serving import ThreadedServer
 from services.searcher.app import build_app
 from services.searcher.config import SearcherSettings
-from shared.agents.tokenizer import CharTokenizer, HFTokenizer
 from shared.protocol.search import SearchResponse
 from shared.redis_server import free_port
+from testing.fake_llm import FakeLLM, protocol_script
 from tests.integration.rollout.servers import inference_server, tiny_model
 
 

@@ -3,14 +3,14 @@ inference client's request builder and response parser), and a deterministic ret
 
 from __future__ import annotations
 
-from services.rollout.fake_llm import FakeLLM
-from shared.agents.context import AgentContext
-from shared.agents.llm import PolicyGenerator, PolicyState, _generation
-from shared.agents.tokenizer import CharTokenizer
-from shared.agents.turns import Budget
+from recipes.core.context import AgentContext
+from recipes.core.llm import PolicyGenerator, PolicyState, _generation
+from recipes.core.tokenizer import CharTokenizer
+from recipes.core.turns import Budget
 from shared.inference_client import completion_body, parse_completion
 from shared.protocol.inference import CompletionRequest
 from shared.protocol.retrieval import RetrievedDocument
+from testing.fake_llm import FakeLLM
 
 
 class InProcessGenerator(PolicyGenerator):

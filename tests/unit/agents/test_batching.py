@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from shared.agents.batching import BatchingRetriever
+from recipes.core.batching import BatchingRetriever
 from tests.unit.agents.helpers import FakeRetriever
 
 

@@ -3,11 +3,11 @@ sent out while the trainer loads the weights again; they are after ``behind_wait
 
 from __future__ import annotations
 
-from services.rollout.fake_llm import FakeLLM
-from shared.agents.llm import PolicyGenerator, PolicyState
-from shared.agents.tokenizer import CharTokenizer
+from recipes.core.llm import PolicyGenerator, PolicyState
+from recipes.core.tokenizer import CharTokenizer
 from shared.inference_client import completion_body, parse_completion
 from shared.protocol.inference import CompletionRequest
+from testing.fake_llm import FakeLLM
 from tests.unit.agents.helpers import scripted
 
 
@@ -31,7 +31,7 @@ def _generator(client, **kwargs) -> PolicyGenerator:
 
 
 async def test_a_server_behind_the_live_version_is_asked_again_until_it_catches_up(caplog):
-    caplog.set_level("INFO", logger="shared.agents.llm")
+    caplog.set_level("INFO", logger="recipes.core.llm")
     client = Restarted([0, 0, 5])
     gen = _generator(client)
     out = await gen.generate([1, 2, 3], stop=[], max_tokens=4)

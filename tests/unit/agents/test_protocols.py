@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.rollout.fake_llm import fake_logprob
 from recipes import run_episode
-from shared.agents.context import Episode
-from shared.agents.tool_agent import chat
-from shared.agents.turns import Budget
-from shared.datasets import PromptRecord
-from shared.prompts import (
+from recipes.core.context import Episode
+from recipes.core.turns import Budget
+from recipes.datasets import PromptRecord
+from recipes.prompts import (
     FINAL_ANSWER_NUDGE,
     INVALID_PLANNER_ACTION,
     INVALID_SEARCH_ACTION,
@@ -18,7 +16,9 @@ from shared.prompts import (
     executor_messages,
     search_agent_messages,
 )
+from recipes.tool_agent import chat
 from shared.protocol.search import SearchResponse
+from testing.fake_llm import fake_logprob
 from tests.unit.agents.helpers import make_ctx, scripted
 
 RECORD = PromptRecord(prompt_id="q1", question="Who wrote Hamlet", golden_answers=["Shakespeare"])
@@ -233,7 +233,7 @@ async def test_lora_version_switch_changes_model_and_token_versions():
     assert set(trained_versions) == {3, 4} and episode.main.to_sample().min_version() == 3
 
 
-from shared.agents.tokenizer import CharTokenizer  # noqa: E402
+from recipes.core.tokenizer import CharTokenizer  # noqa: E402
 
 CTX_TOK = CharTokenizer()
 
@@ -243,7 +243,7 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
     executors must be in flight together, and both results come back in task order."""
     import asyncio
 
-    from shared.agents.llm import Generation
+    from recipes.core.llm import Generation
 
     barrier = asyncio.Barrier(2)
     tok = CTX_TOK

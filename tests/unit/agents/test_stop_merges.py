@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 
 from recipes import run_episode
-from shared.agents.llm import Generation, whole_tokens
-from shared.agents.tokenizer import PLAIN_TOOL_TURN, plain_render
-from shared.datasets import PromptRecord
-from shared.prompts import PLANNER_SYSTEM
+from recipes.core.llm import Generation, whole_tokens
+from recipes.core.tokenizer import PLAIN_TOOL_TURN, plain_render
+from recipes.datasets import PromptRecord
+from recipes.prompts import PLANNER_SYSTEM
 from tests.unit.agents.helpers import make_ctx
 
 EOS = "<|eos|>"

@@ -1,11 +1,11 @@
-"""shared.advantages: hand-computed values and the sum-to-zero property."""
+"""services.trainer.rl.advantages: hand-computed values and the sum-to-zero property."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.advantages import group_advantages, normalise_group, role_advantages, trajectory_advantages
+from services.trainer.rl.advantages import group_advantages, normalise_group, role_advantages, trajectory_advantages
 from tests.factories import make_group
 
 

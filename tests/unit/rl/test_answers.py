@@ -1,8 +1,8 @@
-"""shared.answers: normalisation and match scores, against values worked out by hand."""
+"""recipes.answers: normalisation and match scores, against values worked out by hand."""
 
 import pytest
 
-from shared.answers import (
+from recipes.answers import (
     answer_scores,
     cover_exact_match,
     exact_match,

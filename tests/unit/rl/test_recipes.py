@@ -3,16 +3,16 @@
 import numpy as np
 import pytest
 
-from shared.rewards.efficiency import length_penalty, think_format_fraction, token_efficiency
-from shared.rewards.planner_json import parse_planner_json, plan_subproblems
-from shared.rewards.recipes import (
+from recipes.rewards.efficiency import length_penalty, think_format_fraction, token_efficiency
+from recipes.rewards.formulas import (
     ExecutorRun,
     coda_reward,
     recursive_reasoner_reward,
     search_r1_reward,
     tool_agent_reward,
 )
-from shared.rewards.similarity import answer_similarity, cosine, subproblem_independence
+from recipes.rewards.planner_json import parse_planner_json, plan_subproblems
+from recipes.rewards.similarity import answer_similarity, cosine, subproblem_independence
 
 # What each role wrote itself (observations are not part of it) and what the environment gave it.
 PLANNER = "<think>p</think><task>who?</task><think>q</think><answer>Barack Obama Jr.</answer>"

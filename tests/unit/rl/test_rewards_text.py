@@ -2,14 +2,14 @@
 
 import pytest
 
-from shared.rewards.answer import affine_answer_reward, answer_reward
-from shared.rewards.format import (
+from recipes.rewards.answer import affine_answer_reward, answer_reward
+from recipes.rewards.format import (
     is_valid_sequence,
     role_format_score,
     tag_format_score,
     validate_sequence,
 )
-from shared.rewards.retrieval import document_id, information_reverse_rank, mrr, reciprocal_rank, refine_score
+from recipes.rewards.retrieval import document_id, information_reverse_rank, mrr, reciprocal_rank, refine_score
 
 
 def test_affine_mapping():

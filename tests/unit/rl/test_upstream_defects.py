@@ -18,12 +18,12 @@ import math
 import pytest
 import torch
 
+from recipes.answers import extract_answer
+from recipes.rewards.formulas import ExecutorRun, coda_reward, recursive_reasoner_reward
+from services.trainer.rl.advantages import group_advantages
 from services.trainer.rl.entropy import entropy_from_logits
-from services.trainer.rl.objective import LossConfig, LossInputs, rl_loss
+from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig, ppo_token_loss
-from shared.advantages import group_advantages
-from shared.answers import extract_answer
-from shared.rewards.recipes import ExecutorRun, coda_reward, recursive_reasoner_reward
 
 
 def test_coda_answer_term_is_six_f1_minus_three_and_format_is_planner_plus_executor():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from recipes import RECIPES
 from services.rollout.config import RolloutSettings
 from services.searcher.config import SearcherSettings
-from recipes import RECIPES
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"))
 

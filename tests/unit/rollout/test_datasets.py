@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shared.datasets import (
+from recipes.datasets import (
     gold_doc_ids,
     load_prompts,
     read_flashrag_jsonl,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
+from recipes.datasets import PromptRecord
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, outage_dependency
 from services.rollout.producer import PromptQueue
-from shared.datasets import PromptRecord
 
 
 def test_outages_name_their_dependency_and_the_prompts_own_failures_none():

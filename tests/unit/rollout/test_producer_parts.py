@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 
+from recipes.datasets import PromptRecord
 from services.rollout.config import RolloutSettings
 from services.rollout.producer import PromptQueue, failure_cause
-from shared.datasets import PromptRecord
 from shared.inference_client import InferenceError
 
 RECORDS = [PromptRecord(prompt_id=f"p{i}", question=f"q{i}", golden_answers=["a"]) for i in range(3)]

@@ -7,16 +7,16 @@ import math
 
 import pytest
 
+from recipes import run_episode
+from recipes.core.context import Episode
+from recipes.core.llm import Generation
+from recipes.core.trajectory import TokenTrajectory
+from recipes.datasets import PromptRecord
+from recipes.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
+from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
 from services.rollout.scoring import answer_metrics, build_group, combine_group, score_episode
-from recipes import run_episode
-from shared.agents.context import Episode
-from shared.agents.llm import Generation
-from shared.agents.trajectory import TokenTrajectory
-from shared.datasets import PromptRecord
-from shared.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
-from shared.rewards.result import RewardResult
 from tests.unit.agents.helpers import make_ctx, scripted
 
 RECORD = PromptRecord(prompt_id="p", question="q", golden_answers=["Paris"], data_source="nq")

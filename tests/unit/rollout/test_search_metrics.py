@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from recipes.core.context import Episode, SearchTrace
+from recipes.core.trajectory import TokenTrajectory
+from recipes.datasets import PromptRecord
 from services.rollout.eval import summarise
 from services.rollout.scoring import search_metrics
-from shared.agents.context import Episode, SearchTrace
-from shared.agents.trajectory import TokenTrajectory
-from shared.datasets import PromptRecord
 
 RECORD = PromptRecord(prompt_id="velkadar-city", question="Where does Velkadar live?", golden_answers=["Orvale"],
                       metadata={"entity": "Velkadar", "gold_doc_id": "0"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.agents.searcher import run_searcher
-from shared.prompts import SEARCHER_NO_ANSWER
+from recipes.prompts import SEARCHER_NO_ANSWER
+from services.searcher.loop import run_searcher
 from shared.protocol.search import SearchRequest
 from tests.unit.agents.helpers import make_ctx, scripted
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.trainer.batches import group_check, sample_lag, teaching, to_sequences
-from shared.advantages import trajectory_advantages
+from services.trainer.rl.advantages import trajectory_advantages
 from tests.factories import make_group, make_sample
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from services.trainer.batch_loss import Objective, finish, weigh
 from services.trainer.config import TrainerSettings
-from services.trainer.objective import Objective, finish, weigh
 from services.trainer.packing import TrainSeq, pack
 
 

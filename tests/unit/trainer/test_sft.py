@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from recipes.core.tokenizer import CharTokenizer
 from services.trainer.make_sft import build, demonstration, supported
 from services.trainer.sft import SftData
-from shared.agents.tokenizer import CharTokenizer
 from shared.protocol.retrieval import RetrievedDocument
 
 

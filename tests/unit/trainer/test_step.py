@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from services.trainer.batch_loss import Objective
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
-from services.trainer.objective import Objective
 from services.trainer.packing import TrainSeq
 from services.trainer.step import StepInput, train_step
 from tests.unit.trainer.tiny import tiny_qwen2

@@ -4,7 +4,7 @@
 - ``search_r1_reward``: EM of the answer, optionally with Search-R1's structure-format shaping.
 - ``recursive_reasoner_reward``: ``w_c·correct + w_t·efficiency + w_i·independence``; 0.1 on a parse failure.
 - ``tool_agent_reward``: MRR, answer similarity and the think-format fraction, weighted (the group-level
-  combination schemes are in ``shared.rewards.combine``).
+  combination schemes are in ``recipes.rewards.combine``).
 
 Every input is what the policy sampled or what the environment returned for its actions, each from its own
 source: the answer the agent parsed (``Episode.answer``, the one eval scores), the policy's own turns
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shared.answers import as_gold_list, sub_exact_match
-from shared.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
-from shared.rewards.efficiency import token_efficiency
-from shared.rewards.format import is_valid_sequence, role_format_score
-from shared.rewards.result import RewardResult
-from shared.rewards.retrieval import information_reverse_rank, mrr, refine_score
+from recipes.answers import as_gold_list, sub_exact_match
+from recipes.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
+from recipes.rewards.efficiency import token_efficiency
+from recipes.rewards.format import is_valid_sequence, role_format_score
+from recipes.rewards.result import RewardResult
+from recipes.rewards.retrieval import information_reverse_rank, mrr, refine_score
 
 
 @dataclass(frozen=True)

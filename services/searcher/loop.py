@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.agents.context import AgentContext, search_documents
-from shared.agents.trajectory import TokenTrajectory
-from shared.agents.turns import Action, Observation, RoleSpec, run_turns
-from shared.prompts import INVALID_SEARCH_ACTION, SEARCHER_NO_ANSWER, searcher_messages
+from recipes.core.context import AgentContext, search_documents
+from recipes.core.trajectory import TokenTrajectory
+from recipes.core.turns import Action, Observation, RoleSpec, run_turns
+from recipes.prompts import INVALID_SEARCH_ACTION, SEARCHER_NO_ANSWER, searcher_messages
 from shared.protocol.search import SearchResponse
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from shared.answers import (
+from recipes.answers import (
     YES_NO_NOANSWER,
     as_gold_list,
     cover_exact_match,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.answers import gsm8k_target
+from recipes.answers import gsm8k_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = {"hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from shared.agents.llm import Generation
+from recipes.core.llm import Generation
 from shared.protocol import Role, Sample
 
 

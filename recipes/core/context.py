@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.agents.llm import Generator
-from shared.agents.tokenizer import TokenizerLike
-from shared.agents.trajectory import TokenTrajectory
-from shared.agents.turns import Budget
-from shared.prompts import format_documents
+from recipes.core.llm import Generator
+from recipes.core.tokenizer import TokenizerLike
+from recipes.core.trajectory import TokenTrajectory
+from recipes.core.turns import Budget
+from recipes.prompts import format_documents
 from shared.protocol.retrieval import RetrievedDocument
 from shared.protocol.search import SearchResponse
 

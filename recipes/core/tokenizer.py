@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from shared.prompts import Messages
+from recipes.prompts import Messages
 
 
 class TokenizerLike(Protocol):
@@ -115,3 +115,11 @@ class HFTokenizer:
                                             add_generation_prompt=True, tokenize=False)
         cut = text.rfind(marker)
         return text[cut + len(marker):] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)
+
+
+def load_tokenizer(spec: str) -> TokenizerLike:
+    if spec == "char":
+        return CharTokenizer()
+    if not spec:
+        raise ValueError("set the tokenizer (CODA_ROLLOUT_TOKENIZER / --tokenizer): the served model's folder")
+    return HFTokenizer(spec)

@@ -4,10 +4,10 @@ Modules: ``answer`` (EM/F1 rewards and the 6·F1−3 mapping), ``format`` (per-t
 validator), ``retrieval`` (refine, information reverse-rank, MRR), ``similarity`` (embedding cosine,
 subproblem independence), ``efficiency`` (token efficiency, length penalty, think fraction),
 ``planner_json`` (tolerant JSON-plan parsing), ``recipes`` (one reward per recipe),
-``combine`` (reward combination inside a prompt group). Answer normalisation lives in ``shared.answers``.
+``combine`` (reward combination inside a prompt group). Answer normalisation lives in ``recipes.answers``.
 Every recipe reward returns a ``RewardResult``: the scalar and its named components.
 """
 
-from shared.rewards.result import RewardResult
+from recipes.rewards.result import RewardResult
 
 __all__ = ["RewardResult"]

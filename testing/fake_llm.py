@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from shared.agents.tokenizer import TokenizerLike
+from recipes.core.tokenizer import TokenizerLike
+from recipes.prompts import PLANNER_SYSTEM
 from shared.http import ApiError, error_body
-from shared.prompts import PLANNER_SYSTEM
 from shared.protocol.inference import (
     TOKEN_ID_PREFIX,
     CompletionChoice,
@@ -201,3 +201,30 @@ def protocol_script(prompt: str, model: str) -> str:
     answer = docs[-1] if docs else "unknown"
     refine = f"<refine>The first document is about {answer}.</refine>" if "<documents>" in done else ""
     return f"<think>Found it.</think>{refine}<answer> {answer} </answer>"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m testing.fake_llm``: serve the scripted fake on 127.0.0.1 (benchmarks, manual runs)."""
+    import argparse
+
+    import uvicorn
+
+    from recipes.core.tokenizer import load_tokenizer
+    from shared.log import configure_logging
+
+    p = argparse.ArgumentParser(prog="python -m testing.fake_llm",
+                                description="The scripted protocol-following fake LLM (vLLM API shape).")
+    p.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
+    p.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
+    p.add_argument("--tokenizer", default="char",
+                   help="tokenizer directory the agents use ('char': the one-id-per-character test tokenizer)")
+    args = p.parse_args(argv)
+    configure_logging()
+    fake = FakeLLM(load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000,
+                   record=not args.no_record)
+    uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.objective.rl_loss``.
+"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``.
 
 Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
   ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
@@ -18,7 +18,7 @@ import torch
 from services.trainer.config import TrainerSettings
 from services.trainer.packing import MicroBatch
 from services.trainer.rl.importance import mismatch_metrics
-from services.trainer.rl.objective import LossConfig, LossInputs, rl_loss
+from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig
 
 # Metrics that are already shares of the global loss (summed over micro-batches as they are); every other

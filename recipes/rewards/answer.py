@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from shared.answers import answer_scores
-from shared.rewards.result import RewardResult
+from recipes.answers import answer_scores
+from recipes.rewards.result import RewardResult
 
 AnswerMetric = Literal["em", "sub_em", "cover_em", "f1"]
 

@@ -8,7 +8,7 @@ Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
   blocks with that tag in the turn are handed to ``act`` together (a planner's tasks run concurrently).
 - ``answer`` ends the episode. No valid action → the role's invalid-action message is appended (masked),
   unless the model ended its turn with EOS, which ends the episode without an answer.
-- Observations are wrapped (``shared.prompts.OBSERVATION_WRAP``) and their content truncated to
+- Observations are wrapped (``recipes.prompts.OBSERVATION_WRAP``) and their content truncated to
   ``max_obs_tokens``; the wrapper tags always stay intact.
 - Each role has its own turn budget. When it runs out, one forced final turn asks for the answer (only
   ``</answer>`` stops it, nothing is executed), as Search-R1 does.
@@ -22,10 +22,10 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from shared.agents.llm import Generation, Generator, whole_tokens
-from shared.agents.tokenizer import TokenizerLike
-from shared.agents.trajectory import TokenTrajectory
-from shared.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
+from recipes.core.llm import Generation, Generator, whole_tokens
+from recipes.core.tokenizer import TokenizerLike
+from recipes.core.trajectory import TokenTrajectory
+from recipes.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
 from shared.tags import close_tag
 
 

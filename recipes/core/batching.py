@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from shared.agents.context import Retriever
+from recipes.core.context import Retriever
 from shared.protocol.retrieval import RetrievedDocument
 
 
