@@ -58,6 +58,7 @@ def prompts(count: int, vocab: int) -> list[list[int]]:
 
 async def run_load(url: str, batch: list[list[int]], max_tokens: int, concurrent: bool) -> tuple[float, int]:
     async with InferenceClient(url) as llm:
+
         async def one(i: int, ids: list[int]):
             return await llm.complete("policy", ids, max_tokens=max_tokens, seed=i, ignore_eos=True)
 
@@ -91,6 +92,7 @@ async def weight_updates(url: str, model_dir: Path, root: Path, adapter: Path, r
 async def multi_turn(url: str, sessions: int, turns: int, max_tokens: int) -> float:
     """Agent-like load: each turn's prompt is the previous prompt + its completion + 8 observation ids."""
     async with InferenceClient(url) as llm:
+
         async def session(i: int) -> None:
             ids = prompts(sessions, 4000)[i]
             for turn in range(turns):
@@ -103,8 +105,23 @@ async def multi_turn(url: str, sessions: int, turns: int, max_tokens: int) -> fl
 
 
 def start_server(model_dir: Path, root: Path, port: int, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "services.inference", "serve", "--model", str(model_dir), "--port", str(port),
-           "--served-model-name", "policy", "--weights-root", str(root), "--max-num-seqs", "128", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "services.inference",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--served-model-name",
+        "policy",
+        "--weights-root",
+        str(root),
+        "--max-num-seqs",
+        "128",
+        *extra,
+    ]
     env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
     return subprocess.Popen(cmd, cwd=REPO, env=env)
 
@@ -134,9 +151,18 @@ async def bench_size(size: str, root: Path, args: argparse.Namespace) -> dict:
         proc.wait(timeout=30)
     uncached_s = await _multi_turn_without_cache(model_dir, root, args)
     print(f"[{size}] multi-turn: {cached_s:.1f}s cached vs {uncached_s:.1f}s uncached", file=sys.stderr)
-    return {"size": size, "params": count_parameters(model_dir), "seq_tps": seq_tokens / seq_s,
-            "con_tps": con_tokens / con_s, "seq_s": seq_s, "con_s": con_s, "tokens": con_tokens,
-            "mt_cached": cached_s, "mt_uncached": uncached_s, **updates}
+    return {
+        "size": size,
+        "params": count_parameters(model_dir),
+        "seq_tps": seq_tokens / seq_s,
+        "con_tps": con_tokens / con_s,
+        "seq_s": seq_s,
+        "con_s": con_s,
+        "tokens": con_tokens,
+        "mt_cached": cached_s,
+        "mt_uncached": uncached_s,
+        **updates,
+    }
 
 
 async def _multi_turn_without_cache(model_dir: Path, root: Path, args: argparse.Namespace) -> float:
@@ -169,8 +195,10 @@ def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: t
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['seq_tps']:.0f} | {r['con_tps']:.0f} | "
-                     f"**{r['con_tps'] / r['seq_tps']:.1f}×** | {r['seq_s']:.1f} / {r['con_s']:.1f} |")
+        lines.append(
+            f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['seq_tps']:.0f} | {r['con_tps']:.0f} | "
+            f"**{r['con_tps'] / r['seq_tps']:.1f}×** | {r['seq_s']:.1f} / {r['con_s']:.1f} |"
+        )
     lines += [
         "",
         "Target: ≥ 3× from batching (issue 4). Concurrent requests share one forward pass per decoding step "
@@ -178,20 +206,27 @@ def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: t
         "",
         f"## Weight updates on the idle server (median of {args.repeats})",
         "",
-        "| model | full reload: pause → collective_rpc → reset → resume (s) | LoRA load r=8 (s) | "
-        "LoRA unload (s) |",
+        "| model | full reload: pause → collective_rpc → reset → resume (s) | LoRA load r=8 (s) | LoRA unload (s) |",
         "|---|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(f"| {r['size']} | {r['full reload']:.3f} | {r['LoRA load']:.3f} | {r['LoRA unload']:.3f} |")
-    lines += ["", "Full reload reads every `*.safetensors` of the directory, checks names and shapes, waits for "
-              "in-flight requests, then copies in place; the times include the HTTP round trips of the client.",
-              "", f"## Multi-turn sessions: prefix cache on vs off ({args.sessions} concurrent sessions × "
-              f"{args.turns} turns, 32 tokens per turn, each prompt = previous prompt + completion + 8 ids)", "",
-              "| model | prefix cache on (s) | off (s) | speed-up |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "Full reload reads every `*.safetensors` of the directory, checks names and shapes, waits for "
+        "in-flight requests, then copies in place; the times include the HTTP round trips of the client.",
+        "",
+        f"## Multi-turn sessions: prefix cache on vs off ({args.sessions} concurrent sessions × "
+        f"{args.turns} turns, 32 tokens per turn, each prompt = previous prompt + completion + 8 ids)",
+        "",
+        "| model | prefix cache on (s) | off (s) | speed-up |",
+        "|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['size']} | {r['mt_cached']:.1f} | {r['mt_uncached']:.1f} | "
-                     f"**{r['mt_uncached'] / r['mt_cached']:.1f}×** |")
+        lines.append(
+            f"| {r['size']} | {r['mt_cached']:.1f} | {r['mt_uncached']:.1f} | "
+            f"**{r['mt_uncached'] / r['mt_cached']:.1f}×** |"
+        )
     lines.append("")
     path.write_text("\n".join(lines))
 

@@ -70,7 +70,7 @@ def synthetic(n_docs: int, out: Path, seed: int = 0) -> tuple[Path, Path, list[s
     with open(corpus, "w") as f:
         start = 0
         for i, n in enumerate(lengths):
-            text = " ".join(vocab[tokens[start:start + n]])
+            text = " ".join(vocab[tokens[start : start + n]])
             start += n
             f.write(json.dumps({"id": str(i), "contents": f'"Synthetic {i}"\n{text}'}) + "\n")
     emb = rng.standard_normal((n_docs, 384)).astype(np.float32)
@@ -129,15 +129,16 @@ def sparse_libraries(index_dir: Path, corpus: Path, queries: list[str], n_rank: 
             t = time.perf_counter()
             fn(tokens)
             per[name].append(time.perf_counter() - t)
-    rows = [lat_row(name, lat, len(lat) / sum(lat), f"{len(lat)} queries, one at a time")
-            for name, lat in per.items()]
+    rows = [lat_row(name, lat, len(lat) / sum(lat), f"{len(lat)} queries, one at a time") for name, lat in per.items()]
     t = time.perf_counter()
     sparse.retriever.retrieve(sparse.tokenize(queries), k=10, show_progress=False)
     batch = len(queries) / (time.perf_counter() - t)
     ratio = np.median(per["rank-bm25"]) / np.median(per["bm25s"])
     rows.append(f"| bm25s, one batch of {len(queries)} (tokenising included) | | | {batch:,.0f} | |")
-    rows.append(f"| **rank-bm25 / bm25s (median latency)** | | | | **{ratio:,.0f}×** (rank-bm25 index build "
-                f"{okapi_build:.1f} s) |")
+    rows.append(
+        f"| **rank-bm25 / bm25s (median latency)** | | | | **{ratio:,.0f}×** (rank-bm25 index build "
+        f"{okapi_build:.1f} s) |"
+    )
     return rows
 
 
@@ -225,8 +226,11 @@ def baseline_serve(index_dir: Path, port: int) -> None:
         result = []
         for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True):
             docs = [corpus[i] for i in row_ids]
-            result.append([{"document": d, "score": s} for d, s in zip(docs, row_scores, strict=True)]
-                          if request.return_scores else docs)
+            result.append(
+                [{"document": d, "score": s} for d, s in zip(docs, row_scores, strict=True)]
+                if request.return_scores
+                else docs
+            )
         return {"result": result}
 
     retrieve.__annotations__["request"] = QueryRequest  # a local class: postponed annotations cannot find it
@@ -243,8 +247,9 @@ def baseline_serve(index_dir: Path, port: int) -> None:
 SETTINGS = ((1, 1, 40), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
 
 
-async def drive(url: str, pool: list[str], clients: int, per_request: int, each: int, timeout: float,
-                mode: str | None) -> dict:
+async def drive(
+    url: str, pool: list[str], clients: int, per_request: int, each: int, timeout: float, mode: str | None
+) -> dict:
     """Closed-loop load; every query distinct. → latencies of answered requests, unanswered count, q/s."""
     import httpx
 
@@ -276,9 +281,13 @@ async def drive(url: str, pool: list[str], clients: int, per_request: int, each:
         await asyncio.gather(*(client(session) for _ in range(clients)))
         wall = time.perf_counter() - start
     answered = len(latencies)
-    return {"qps": answered * per_request / wall, "p50": pct(latencies, 50) if latencies else float("nan"),
-            "p99": pct(latencies, 99) if latencies else float("nan"), "unanswered": unanswered,
-            "requests": clients * each}
+    return {
+        "qps": answered * per_request / wall,
+        "p50": pct(latencies, 50) if latencies else float("nan"),
+        "p99": pct(latencies, 99) if latencies else float("nan"),
+        "unanswered": unanswered,
+        "requests": clients * each,
+    }
 
 
 def _start(cmd: list[str], url: str) -> subprocess.Popen:
@@ -294,12 +303,23 @@ def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_thr
 
     ports = {"ours": free_port(), "baseline": free_port()}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    ours_cmd = [sys.executable, "-m", "services.retriever", "serve", "--index", str(index_dir), "--host",
-                "127.0.0.1", "--port", str(ports["ours"]), "--mode", "dense"]
+    ours_cmd = [
+        sys.executable,
+        "-m",
+        "services.retriever",
+        "serve",
+        "--index",
+        str(index_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(ports["ours"]),
+        "--mode",
+        "dense",
+    ]
     if cpu_threads:
         ours_cmd += ["--cpu-threads", str(cpu_threads)]
-    base_cmd = [sys.executable, __file__, "baseline-serve", "--index", str(index_dir), "--port",
-                str(ports["baseline"])]
+    base_cmd = [sys.executable, __file__, "baseline-serve", "--index", str(index_dir), "--port", str(ports["baseline"])]
     servers = {"ours": _start(ours_cmd, urls["ours"]), "baseline": _start(base_cmd, urls["baseline"])}
     runs: dict = {}
     try:
@@ -307,8 +327,11 @@ def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_thr
             for clients, per_request, each in SETTINGS:
                 order = ("ours", "baseline") if (rep + clients + per_request) % 2 == 0 else ("baseline", "ours")
                 for name in order:
-                    out = asyncio.run(drive(urls[name], pool, clients, per_request, each, timeout,
-                                            "dense" if name == "ours" else None))
+                    out = asyncio.run(
+                        drive(
+                            urls[name], pool, clients, per_request, each, timeout, "dense" if name == "ours" else None
+                        )
+                    )
                     runs.setdefault((clients, per_request), {}).setdefault(name, []).append(out)
                     print(f"rep {rep} {clients}x{per_request} {name}: {out}", flush=True)
     finally:
@@ -329,18 +352,24 @@ def comparison_rows(runs: dict) -> list[str]:
         ours, base = by["ours"], by["baseline"]
         qps_ratio = [o["qps"] / b["qps"] for o, b in zip(ours, base, strict=True)]
         p99_ratio = [o["p99"] / b["p99"] for o, b in zip(ours, base, strict=True)]
-        lost = f"{sum(o['unanswered'] for o in ours)} / {sum(b['unanswered'] for b in base)} of " \
-               f"{sum(o['requests'] for o in ours)}"
-        rows.append(f"| {clients} × {per_request} | {mmm([o['qps'] for o in ours], '{:,.0f}')} | "
-                    f"{mmm([b['qps'] for b in base], '{:,.0f}')} | {mmm(qps_ratio, '{:.2f}×')} | "
-                    f"{mmm([o['p99'] for o in ours], '{:,.0f}')} | {mmm([b['p99'] for b in base], '{:,.0f}')} | "
-                    f"{mmm(p99_ratio, '{:.2f}×')} | {lost} |")
+        lost = (
+            f"{sum(o['unanswered'] for o in ours)} / {sum(b['unanswered'] for b in base)} of "
+            f"{sum(o['requests'] for o in ours)}"
+        )
+        rows.append(
+            f"| {clients} × {per_request} | {mmm([o['qps'] for o in ours], '{:,.0f}')} | "
+            f"{mmm([b['qps'] for b in base], '{:,.0f}')} | {mmm(qps_ratio, '{:.2f}×')} | "
+            f"{mmm([o['p99'] for o in ours], '{:,.0f}')} | {mmm([b['p99'] for b in base], '{:,.0f}')} | "
+            f"{mmm(p99_ratio, '{:.2f}×')} | {lost} |"
+        )
     return rows
 
 
-COMPARISON_HEADER = ("| clients × queries/request | ours q/s | baseline q/s | q/s ratio | ours p99 ms | "
-                     "baseline p99 ms | p99 ratio | unanswered (ours / baseline) |\n"
-                     "|---|---|---|---|---|---|---|---|")
+COMPARISON_HEADER = (
+    "| clients × queries/request | ours q/s | baseline q/s | q/s ratio | ours p99 ms | "
+    "baseline p99 ms | p99 ratio | unanswered (ours / baseline) |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
 
 
 def write_peers(path: Path, section: str) -> None:
@@ -350,7 +379,7 @@ def write_peers(path: Path, section: str) -> None:
     if marker in text:
         head, _, rest = text.partition(marker)
         nxt = rest.find("\n## ")
-        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
+        text = head + section + (rest[nxt + 1 :] if nxt >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text.rstrip("\n") + "\n")
@@ -374,8 +403,9 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the interleaved comparison")
-    parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds before a request counts "
-                                                                              "as unanswered")
+    parser.add_argument(
+        "--request-timeout", type=float, default=120.0, help="seconds before a request counts as unanswered"
+    )
     parser.add_argument("--cpu-threads", type=int, default=0, help="our server's cpu_threads (0: its default)")
     parser.add_argument("--libraries", action="store_true", help="also the older library and mode sections")
     parser.add_argument("--docs", type=int, default=200_000, help="synthetic corpus size (--libraries)")
@@ -397,44 +427,79 @@ def main() -> None:
     started = time.perf_counter()
     runs = compare(index_dir, pool, args.reps, args.request_timeout, args.cpu_threads)
     minutes = (time.perf_counter() - started) / 60
-    what = (f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
-            f"{os.cpu_count()} CPU cores shared with other work (load average {load:.1f} at start, "
-            f"{os.getloadavg()[0]:.1f} at the end), {args.reps} interleaved repetitions in {minutes:.1f} min. "
-            "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "
-            f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}; "
-            "baseline: thread-per-request FastAPI route as in Search-R1's retrieval_server.py (Hugging Face "
-            "AutoModel + mean pooling, torch/FAISS library defaults). Every query distinct (drawn without "
-            f"replacement from {len(pool):,}). Requests per setting: "
-            + ", ".join(f"{c} × {q}: {c * e}" for c, q, e in SETTINGS)
-            + f"; a request not answered within {args.request_timeout:.0f} s counts as unanswered. Cells: "
-            "min / **median** / max over the repetitions; ratios are per repetition (ours ÷ baseline, "
-            "measured back to back).")
+    what = (
+        f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
+        f"{os.cpu_count()} CPU cores shared with other work (load average {load:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at the end), {args.reps} interleaved repetitions in {minutes:.1f} min. "
+        "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "
+        f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}; "
+        "baseline: thread-per-request FastAPI route as in Search-R1's retrieval_server.py (Hugging Face "
+        "AutoModel + mean pooling, torch/FAISS library defaults). Every query distinct (drawn without "
+        f"replacement from {len(pool):,}). Requests per setting: "
+        + ", ".join(f"{c} × {q}: {c * e}" for c, q, e in SETTINGS)
+        + f"; a request not answered within {args.request_timeout:.0f} s counts as unanswered. Cells: "
+        "min / **median** / max over the repetitions; ratios are per repetition (ours ÷ baseline, "
+        "measured back to back)."
+    )
     table = "\n".join([COMPARISON_HEADER, *comparison_rows(runs)])
-    lines = ["# Retriever benchmark", "", "## Against a thread-per-request baseline (Search-R1 style)", "",
-             what, "", table, ""]
+    lines = [
+        "# Retriever benchmark",
+        "",
+        "## Against a thread-per-request baseline (Search-R1 style)",
+        "",
+        what,
+        "",
+        table,
+        "",
+    ]
     if args.libraries:
         lines += libraries(args, work)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
-    write_peers(args.peers, "\n".join(["## Retriever vs Search-R1's retrieval server design", "", what, "",
-                                       table, "", "Details: `bench/results/retriever.md`.", ""]))
+    write_peers(
+        args.peers,
+        "\n".join(
+            [
+                "## Retriever vs Search-R1's retrieval server design",
+                "",
+                what,
+                "",
+                table,
+                "",
+                "Details: `bench/results/retriever.md`.",
+                "",
+            ]
+        ),
+    )
     print(f"wrote {args.out} and {args.peers}")
 
 
 def libraries(args, work: Path) -> list[str]:
     lines = []
-    corpora = [("bundled HotpotQA, 6,785 docs", *bundled()),
-               (f"synthetic, {args.docs:,} docs", *synthetic(args.docs, work))]
+    corpora = [
+        ("bundled HotpotQA, 6,785 docs", *bundled()),
+        (f"synthetic, {args.docs:,} docs", *synthetic(args.docs, work)),
+    ]
     for name, corpus, emb, queries in corpora:
         print(f"== {name}", flush=True)
         index_dir = work / re.sub(r"\W+", "-", name)
         build_s = build(corpus, emb, index_dir)
         queries = distinct(queries, 4096)
         lines += [f"### {name} (index build {build_s:.1f} s from precomputed vectors)", ""]
-        lines.append(section("bm25s vs rank-bm25 (same tokens, top-10)", "| library | p50 ms | p99 ms | q/s | |",
-                             sparse_libraries(index_dir, corpus, queries, args.rank_queries)))
-        lines.append(section("dense vs sparse vs hybrid (in-process engine, encode included)",
-                             "| mode | p50 ms | p99 ms | q/s | |", modes(index_dir, queries, args.threads)))
+        lines.append(
+            section(
+                "bm25s vs rank-bm25 (same tokens, top-10)",
+                "| library | p50 ms | p99 ms | q/s | |",
+                sparse_libraries(index_dir, corpus, queries, args.rank_queries),
+            )
+        )
+        lines.append(
+            section(
+                "dense vs sparse vs hybrid (in-process engine, encode included)",
+                "| mode | p50 ms | p99 ms | q/s | |",
+                modes(index_dir, queries, args.threads),
+            )
+        )
     return lines
 
 

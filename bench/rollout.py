@@ -51,18 +51,48 @@ RETRIEVALS_ON_PATH = 1
 def ensure_index(out: Path) -> Path:
     if (out / "manifest.json").is_file():
         return out
-    subprocess.run([sys.executable, "-m", "services.retriever", "build", "--corpus", "data/hotpotqa/corpus.jsonl",
-                    "--embeddings", "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy", "--out", str(out),
-                    "--device", "cpu"], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.retriever",
+            "build",
+            "--corpus",
+            "data/hotpotqa/corpus.jsonl",
+            "--embeddings",
+            "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+        ],
+        cwd=REPO,
+        check=True,
+    )
     return out
 
 
 def ensure_tokenizer(out: Path) -> Path:
     """A BPE tokenizer like a real model's (the tiny model factory's), so prompts have realistic lengths."""
     if not (out / "tokenizer.json").is_file():
-        subprocess.run([sys.executable, "-m", "services.inference", "make-tiny", "--out", str(out), "--text",
-                        "data/hotpotqa/corpus.jsonl", "--max-texts", "3000", "--vocab-size", "4096"],
-                       cwd=REPO, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.inference",
+                "make-tiny",
+                "--out",
+                str(out),
+                "--text",
+                "data/hotpotqa/corpus.jsonl",
+                "--max-texts",
+                "3000",
+                "--vocab-size",
+                "4096",
+            ],
+            cwd=REPO,
+            check=True,
+        )
     return out
 
 
@@ -97,12 +127,19 @@ class InProcessLLM:
 
 
 def make_ctx(tok, llm_url: str, retriever_url: str, in_process_delay_s: float | None = None) -> AgentContext:
-    policy = (InProcessLLM(tok, in_process_delay_s) if in_process_delay_s is not None
-              else PolicyGenerator(AiohttpCompletions(llm_url), PolicyState(), Sampling()))
+    policy = (
+        InProcessLLM(tok, in_process_delay_s)
+        if in_process_delay_s is not None
+        else PolicyGenerator(AiohttpCompletions(llm_url), PolicyState(), Sampling())
+    )
     budget = Budget(max_turns=3, max_tokens=256, max_obs_tokens=2048, max_context_tokens=16000)
-    return AgentContext(tok=tok, policy=policy,
-                        retriever=BatchingRetriever(AsyncRetrieverClient(retriever_url, max_connections=512)),
-                        budgets={"planner": budget, "executor": budget}, topk=3)
+    return AgentContext(
+        tok=tok,
+        policy=policy,
+        retriever=BatchingRetriever(AsyncRetrieverClient(retriever_url, max_connections=512)),
+        budgets={"planner": budget, "executor": budget},
+        topk=3,
+    )
 
 
 async def retrieval_latency(ctx: AgentContext, questions: list[str], n: int = 40) -> float:
@@ -136,9 +173,13 @@ async def run_level(ctx: AgentContext, records, concurrency: int, seconds: float
     await asyncio.gather(*(worker(k) for k in range(concurrency)))
     cpu = time.process_time() - cpu - (getattr(ctx.policy, "fake_cpu_s", 0.0) - fake_before)
     elapsed = seconds
-    return {"concurrency": concurrency, "episodes": len(done), "rate": len(done) / elapsed,
-            "latency_s": statistics.median(done) if done else float("nan"),
-            "cpu_ms_per_episode": 1000 * cpu / max(len(done), 1) * seconds / (seconds + 1.0)}
+    return {
+        "concurrency": concurrency,
+        "episodes": len(done),
+        "rate": len(done) / elapsed,
+        "latency_s": statistics.median(done) if done else float("nan"),
+        "cpu_ms_per_episode": 1000 * cpu / max(len(done), 1) * seconds / (seconds + 1.0),
+    }
 
 
 async def bench(args) -> list[dict]:
@@ -161,14 +202,21 @@ async def level(ctx: AgentContext, records, c: int, args, retrieval: float, vari
     critical = LLM_CALLS_ON_PATH * args.delay_ms / 1000 + RETRIEVALS_ON_PATH * retrieval
     load = os.getloadavg()[0]
     row = await run_level(ctx, records, c, args.seconds)
-    row.update(ideal=c / critical, critical_path_s=critical, retrieval_s=retrieval, variant=variant,
-               load=(load + os.getloadavg()[0]) / 2)
+    row.update(
+        ideal=c / critical,
+        critical_path_s=critical,
+        retrieval_s=retrieval,
+        variant=variant,
+        load=(load + os.getloadavg()[0]) / 2,
+    )
     row["ratio"] = row["rate"] / row["ideal"]
     row["overhead_ms"] = 1000 * (row["latency_s"] - critical)
-    print(f"{variant:10s} C={c:4d}  rate {row['rate']:8.1f}/s  ideal {row['ideal']:8.1f}/s  "
-          f"ratio {row['ratio']:.2f}  "
-          f"latency {1000 * row['latency_s']:.1f} ms  cpu/episode {row['cpu_ms_per_episode']:.2f} ms",
-          flush=True)
+    print(
+        f"{variant:10s} C={c:4d}  rate {row['rate']:8.1f}/s  ideal {row['ideal']:8.1f}/s  "
+        f"ratio {row['ratio']:.2f}  "
+        f"latency {1000 * row['latency_s']:.1f} ms  cpu/episode {row['cpu_ms_per_episode']:.2f} ms",
+        flush=True,
+    )
     return row
 
 
@@ -204,14 +252,20 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['variant']} | {r['concurrency']} | {r['episodes']} | {r['rate']:.1f} | "
-                     f"{r['ideal']:.1f} | **{r['ratio']:.2f}** | {1000 * r['latency_s']:.1f} | "
-                     f"{r['overhead_ms']:.1f} | {r['cpu_ms_per_episode']:.2f} | "
-                     f"{r['ideal'] * r['cpu_ms_per_episode'] / 1000:.2f} | {r['load']:.1f} |")
-    lines += ["", f"Window: {args.seconds:.0f} s per level after 1 s of warm-up. \"Rollout cores the ideal rate "
-              "needs\" = ideal rate × rollout CPU per episode: where it exceeds the CPU this process can get "
-              "(one core at most, less on a shared host), the rate is CPU-bound, not latency-bound, and more "
-              "concurrency cannot help; run more rollout processes on a host with more cores.", ""]
+        lines.append(
+            f"| {r['variant']} | {r['concurrency']} | {r['episodes']} | {r['rate']:.1f} | "
+            f"{r['ideal']:.1f} | **{r['ratio']:.2f}** | {1000 * r['latency_s']:.1f} | "
+            f"{r['overhead_ms']:.1f} | {r['cpu_ms_per_episode']:.2f} | "
+            f"{r['ideal'] * r['cpu_ms_per_episode'] / 1000:.2f} | {r['load']:.1f} |"
+        )
+    lines += [
+        "",
+        f'Window: {args.seconds:.0f} s per level after 1 s of warm-up. "Rollout cores the ideal rate '
+        'needs" = ideal rate × rollout CPU per episode: where it exceeds the CPU this process can get '
+        "(one core at most, less on a shared host), the rate is CPU-bound, not latency-bound, and more "
+        "concurrency cannot help; run more rollout processes on a host with more cores.",
+        "",
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")
@@ -222,11 +276,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--seconds", type=float, default=6.0, help="timed window per level")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="fake LLM latency per call")
-    parser.add_argument("--tokenizer", default=str(REPO / "runs" / "bench-tokenizer"),
-                        help="tokenizer directory (built with the tiny-model factory if missing) or 'char'")
-    parser.add_argument("--retriever-mode", choices=["sparse", "hybrid", "dense"], default="sparse",
-                        help="retriever mode (default sparse: on a CPU-only host MiniLM query encoding would "
-                             "dominate the critical path and the benchmark would measure the encoder)")
+    parser.add_argument(
+        "--tokenizer",
+        default=str(REPO / "runs" / "bench-tokenizer"),
+        help="tokenizer directory (built with the tiny-model factory if missing) or 'char'",
+    )
+    parser.add_argument(
+        "--retriever-mode",
+        choices=["sparse", "hybrid", "dense"],
+        default="sparse",
+        help="retriever mode (default sparse: on a CPU-only host MiniLM query encoding would "
+        "dominate the critical path and the benchmark would measure the encoder)",
+    )
     parser.add_argument("--index", type=Path, default=REPO / "runs" / "bench-index" / "hotpotqa")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "rollout.md")
     args = parser.parse_args()
@@ -237,11 +298,42 @@ def main() -> None:
     logs = REPO / "runs" / "bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = [
-        start([sys.executable, "-m", "services.retriever", "serve", "--index", str(index), "--port",
-               str(args.retriever_port), "--host", "127.0.0.1", "--device", "cpu", "--mode", args.retriever_mode],
-              f"http://127.0.0.1:{args.retriever_port}", logs / "retriever.log"),
-        start([sys.executable, "-m", "testing.fake_llm", "--port", str(args.llm_port), "--delay-ms",
-               str(args.delay_ms), "--no-record", "--tokenizer", args.tokenizer], f"http://127.0.0.1:{args.llm_port}", logs / "fake-llm.log"),
+        start(
+            [
+                sys.executable,
+                "-m",
+                "services.retriever",
+                "serve",
+                "--index",
+                str(index),
+                "--port",
+                str(args.retriever_port),
+                "--host",
+                "127.0.0.1",
+                "--device",
+                "cpu",
+                "--mode",
+                args.retriever_mode,
+            ],
+            f"http://127.0.0.1:{args.retriever_port}",
+            logs / "retriever.log",
+        ),
+        start(
+            [
+                sys.executable,
+                "-m",
+                "testing.fake_llm",
+                "--port",
+                str(args.llm_port),
+                "--delay-ms",
+                str(args.delay_ms),
+                "--no-record",
+                "--tokenizer",
+                args.tokenizer,
+            ],
+            f"http://127.0.0.1:{args.llm_port}",
+            logs / "fake-llm.log",
+        ),
     ]
     try:
         import uvloop

@@ -69,8 +69,13 @@ def bench_packing(model_dir: Path, samples: int, budget: int, repeats: int) -> d
         batches = layout(seqs, budget, mode == "packed")
         slots = sum(b.num_slots for b in batches)
         best = min(times[mode])
-        out[mode] = {"seconds": best, "tokens_per_s": real / best, "micro_batches": len(batches),
-                     "slots": slots, "fill": real / slots}
+        out[mode] = {
+            "seconds": best,
+            "tokens_per_s": real / best,
+            "micro_batches": len(batches),
+            "slots": slots,
+            "fill": real / slots,
+        }
     out["speedup"] = out["packed"]["tokens_per_s"] / out["padded"]["tokens_per_s"]
     return out
 
@@ -90,8 +95,9 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
             for kind in ("full", "lora"):
                 settings = TrainerSettings(model=str(model_dir), finetune=kind, lora_rank=16)
                 eng = build_engine(settings, init_distributed())
-                pub = Publisher(eng.engine, str(work / f"w-{kind}"), kind, client, None, "weights", "policy:version",
-                                keep=2)
+                pub = Publisher(
+                    eng.engine, str(work / f"w-{kind}"), kind, client, None, "weights", "policy:version", keep=2
+                )
                 seconds = [pub.publish(v, v).publish_seconds for v in range(repeats)]
                 params = sum(p.numel() for p in eng.policy.parameters() if p.requires_grad)
                 out[kind] = {"median_s": statistics.median(seconds), "max_s": max(seconds), "trainable": params}
@@ -124,22 +130,62 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
             for i in range(steps * 4):
                 queue.publish(random_group(rng, i))
             run = work / f"zero{stage}"
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                   str(free_port()), "-m", "services.trainer", "train", "--model", str(model_dir), "--redis-url",
-                   redis_server.url, "--zero-stage", str(stage), "--groups-per-step", "4", "--max-steps", str(steps),
-                   "--checkpoint-dir", str(run / "ckpt"), "--weights-dir", str(run / "w"), "--log-dir",
-                   str(run / "logs"), "--port", "0", "--max-staleness", "1000", "--micro-batch-tokens", "256",
-                   "--inference-url", url, "--sync-check", "true"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                str(free_port()),
+                "-m",
+                "services.trainer",
+                "train",
+                "--model",
+                str(model_dir),
+                "--redis-url",
+                redis_server.url,
+                "--zero-stage",
+                str(stage),
+                "--groups-per-step",
+                "4",
+                "--max-steps",
+                str(steps),
+                "--checkpoint-dir",
+                str(run / "ckpt"),
+                "--weights-dir",
+                str(run / "w"),
+                "--log-dir",
+                str(run / "logs"),
+                "--port",
+                "0",
+                "--max-staleness",
+                "1000",
+                "--micro-batch-tokens",
+                "256",
+                "--inference-url",
+                url,
+                "--sync-check",
+                "true",
+            ]
             start = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=900)
             wall = time.perf_counter() - start
             ok = proc.returncode == 0 and f"trained {steps} steps" in proc.stdout
             version = client.get("policy:version")
             log = run / "logs" / "train.jsonl"
-            diffs = [json.loads(x).get("sync_max_abs_diff", float("nan")) for x in log.read_text().splitlines()] \
-                if log.is_file() else [float("nan")]
-            out[stage] = {"ok": ok, "wall_s": wall, "version": None if version is None else int(version),
-                          "sync": max(diffs), "tail": "" if ok else (proc.stdout + proc.stderr)[-2000:]}
+            diffs = (
+                [json.loads(x).get("sync_max_abs_diff", float("nan")) for x in log.read_text().splitlines()]
+                if log.is_file()
+                else [float("nan")]
+            )
+            out[stage] = {
+                "ok": ok,
+                "wall_s": wall,
+                "version": None if version is None else int(version),
+                "sync": max(diffs),
+                "tail": "" if ok else (proc.stdout + proc.stderr)[-2000:],
+            }
     server.terminate()
     server.wait(30)
     return out
@@ -148,39 +194,57 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
 def write(results: dict, args) -> str:
     p = results["packing"]
     lines = [
-        "# Trainer benchmark", "",
+        "# Trainer benchmark",
+        "",
         "Written by `bench/trainer.py`; model "
         f"`make-tiny --size {args.size}` ({results['params']:,} parameters), CPU, fp32, torch threads "
         f"{results.get('threads', 'default')}. Numbers are what the script measured on a shared 2-core "
         "machine (other jobs were running), best of the repeats; each section says when it ran (`--skip-…` "
-        "keeps a section from an earlier run).", "",
-        "## Packing vs padding (one optimizer step: forward + backward + AdamW)", "",
-        f"Measured {results.get('measured_at', {}).get('packing', '?')}.", "",
+        "keeps a section from an earlier run).",
+        "",
+        "## Packing vs padding (one optimizer step: forward + backward + AdamW)",
+        "",
+        f"Measured {results.get('measured_at', {}).get('packing', '?')}.",
+        "",
         f"{p['samples']} samples, {p['real_tokens']:,} real tokens, lengths log-normal in [40, 1024]; micro-batch "
-        f"budget {p['budget']} token slots.", "",
+        f"budget {p['budget']} token slots.",
+        "",
         "| layout | micro-batches | token slots | fill | step s | real tokens/s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for mode in ("packed", "padded"):
         m = p[mode]
-        lines.append(f"| {mode} | {m['micro_batches']} | {m['slots']:,} | {m['fill']:.0%} | {m['seconds']:.2f} | "
-                     f"{m['tokens_per_s']:,.0f} |")
+        lines.append(
+            f"| {mode} | {m['micro_batches']} | {m['slots']:,} | {m['fill']:.0%} | {m['seconds']:.2f} | "
+            f"{m['tokens_per_s']:,.0f} |"
+        )
     lines += ["", f"**Packing speed-up: {p['speedup']:.2f}×** (target ≥ 1.5×).", ""]
     if "publish" in results:
-        lines += ["## Weight publish latency (write atomically → server loads → live)", "",
-                  f"Measured {results.get('measured_at', {}).get('publish', '?')}.", "",
-                  "| kind | trainable params | median s | max s |", "|---|---:|---:|---:|"]
+        lines += [
+            "## Weight publish latency (write atomically → server loads → live)",
+            "",
+            f"Measured {results.get('measured_at', {}).get('publish', '?')}.",
+            "",
+            "| kind | trainable params | median s | max s |",
+            "|---|---:|---:|---:|",
+        ]
         for kind, m in results["publish"].items():
             lines.append(f"| {kind} | {m['trainable']:,} | {m['median_s']:.3f} | {m['max_s']:.3f} |")
         lines.append("")
     if "multiproc" in results:
-        lines += ["## 2 processes (torchrun, gloo, CPU), publishing full weights into the real server", "",
-                  f"Measured {results.get('measured_at', {}).get('multiproc', '?')}; 3 optimizer steps each.", "",
-                  "| ZeRO stage | finished | wall s (incl. start-up) | policy version | max abs logprob diff "
-                  "server vs trainer after each publish |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "## 2 processes (torchrun, gloo, CPU), publishing full weights into the real server",
+            "",
+            f"Measured {results.get('measured_at', {}).get('multiproc', '?')}; 3 optimizer steps each.",
+            "",
+            "| ZeRO stage | finished | wall s (incl. start-up) | policy version | max abs logprob diff "
+            "server vs trainer after each publish |",
+            "|---|---|---:|---:|---:|",
+        ]
         for stage, m in results["multiproc"].items():
-            lines.append(f"| {stage} | {'yes' if m['ok'] else 'NO'} | {m['wall_s']:.1f} | {m['version']} | "
-                         f"{m['sync']:.1e} |")
+            lines.append(
+                f"| {stage} | {'yes' if m['ok'] else 'NO'} | {m['wall_s']:.1f} | {m['version']} | {m['sync']:.1e} |"
+            )
         lines.append("")
     text = "\n".join(lines)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -95,8 +95,12 @@ def completion_reward(fn: Callable[..., Any], where: str) -> EpisodeReward:
 
     def score(episode: Episode, scoring: Scoring) -> RewardResult:
         record = scoring.record
-        row = {"id": record.prompt_id, "question": record.question, "golden_answers": list(record.golden_answers),
-               **record.metadata}
+        row = {
+            "id": record.prompt_id,
+            "question": record.question,
+            "golden_answers": list(record.golden_answers),
+            **record.metadata,
+        }
         return _result(fn(episode.main.generated_text, list(record.golden_answers), row), where)
 
     return score
@@ -117,9 +121,12 @@ def load_reward(spec: str) -> EpisodeReward:
         raise ValueError(f"reward {spec!r}: {module_name} has no function {attr!r}")
     if getattr(fn, "episode_reward", False):
         return fn
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [
+        p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     if len(params) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values()):
-        raise ValueError(f"reward {spec!r}: a plain reward takes (completion, gold, row); "
-                         f"{attr} takes {len(params)} positional arguments")
+        raise ValueError(
+            f"reward {spec!r}: a plain reward takes (completion, gold, row); "
+            f"{attr} takes {len(params)} positional arguments"
+        )
     return completion_reward(fn, spec)

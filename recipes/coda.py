@@ -56,8 +56,12 @@ async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> Executor
         retrieved.extend(ids)
         return Observation.wrapped("documents", blocks[0])
 
-    spec = RoleSpec(actions=("search", "answer"), invalid_message=INVALID_SEARCH_ACTION,
-                    budget=ctx.budget("executor"), forced_final=True)
+    spec = RoleSpec(
+        actions=("search", "answer"),
+        invalid_message=INVALID_SEARCH_ACTION,
+        budget=ctx.budget("executor"),
+        forced_final=True,
+    )
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
     return ExecutorResult(traj, outcome.answer or "", queries, retrieved)
 
@@ -79,14 +83,19 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
         before, after = Observation.wrapped("result", "").before, Observation.wrapped("result", "").after
         return Observation(content=(after + before).join(results), before=before, after=after, tag="result")
 
-    spec = RoleSpec(actions=("task", "answer"), invalid_message=INVALID_PLANNER_ACTION,
-                    budget=ctx.budget("planner"), forced_final=True)
+    spec = RoleSpec(
+        actions=("task", "answer"),
+        invalid_message=INVALID_PLANNER_ACTION,
+        budget=ctx.budget("planner"),
+        forced_final=True,
+    )
     outcome = await run_turns(planner, ctx.policy, ctx.tok, spec, act)
     episode.answer = outcome.answer
     episode.invalid_turns = outcome.invalid_turns
     # The executors' searches, in delegation order: the episode's search trace (search metrics read it).
-    episode.search = SearchTrace.of([q for r in executors for q in r.queries],
-                                    [ids for r in executors for ids in r.retrieved])
+    episode.search = SearchTrace.of(
+        [q for r in executors for q in r.queries], [ids for r in executors for ids in r.retrieved]
+    )
     episode.facts = CodaFacts(tuple(tasks), tuple(r.answer for r in executors))
     return episode
 
@@ -95,12 +104,25 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     s = scoring.settings
     executors = [ExecutorRun(c.generated_text, c.observations("documents")) for c in episode.children]
-    return coda_reward(episode.answer, episode.main.generated_text, executors, scoring.record.golden_answers,
-                       metric=scoring.metric, format_weight=s.format_weight, refine_weight=s.refine_weight)
+    return coda_reward(
+        episode.answer,
+        episode.main.generated_text,
+        executors,
+        scoring.record.golden_answers,
+        metric=scoring.metric,
+        format_weight=s.format_weight,
+        refine_weight=s.refine_weight,
+    )
 
 
-_CODA = dict(run=run_coda, reward="recipes.coda:reward", needs=frozenset({"retriever"}),
-             roles=("planner", "executor"), metric="f1", demonstrations="coda")
+_CODA = dict(
+    run=run_coda,
+    reward="recipes.coda:reward",
+    needs=frozenset({"retriever"}),
+    roles=("planner", "executor"),
+    metric="f1",
+    demonstrations="coda",
+)
 RECIPES = (
     Recipe("coda", **_CODA, description="a planner delegates sub-questions to executors that search"),
     Recipe("red-coda", **_CODA, description="CoDA with RED-weighted SFT co-training (the trainer's side)"),

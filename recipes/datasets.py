@@ -30,9 +30,11 @@ from typing import Any
 from recipes.answers import gsm8k_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = {"hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl",
-           "lookup": REPO_ROOT / "data" / "lookup" / "train.jsonl",
-           "lookup-test": REPO_ROOT / "data" / "lookup" / "test.jsonl"}
+BUNDLED = {
+    "hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl",
+    "lookup": REPO_ROOT / "data" / "lookup" / "train.jsonl",
+    "lookup-test": REPO_ROOT / "data" / "lookup" / "test.jsonl",
+}
 SPLIT_NAMES = {"train", "dev", "val", "valid", "validation", "test"}
 
 
@@ -76,10 +78,16 @@ def read_flashrag_jsonl(path: str | Path, data_source: str | None = None) -> lis
         if "question" not in row or "golden_answers" not in row:
             raise ValueError(f"{path} row {i}: FlashRAG rows need 'question' and 'golden_answers'")
         golds = row["golden_answers"]
-        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}",
-                                question=str(row["question"]),
-                                golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
-                                data_source=source, split=split, metadata=row.get("metadata") or {}))
+        out.append(
+            PromptRecord(
+                prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}",
+                question=str(row["question"]),
+                golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
+                data_source=source,
+                split=split,
+                metadata=row.get("metadata") or {},
+            )
+        )
     return out
 
 
@@ -96,8 +104,16 @@ def read_prompt_jsonl(path: str | Path, prompt_field: str, gold_field: str | Non
         if gold_field and golds is None:
             raise ValueError(f"{path} row {i}: no field {gold_field!r} (gold_field)")
         golds = [] if golds is None else [str(golds)] if not isinstance(golds, list) else [str(g) for g in golds]
-        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}", question=row[prompt_field],
-                                golden_answers=golds, data_source=source, split=split, metadata=row))
+        out.append(
+            PromptRecord(
+                prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}",
+                question=row[prompt_field],
+                golden_answers=golds,
+                data_source=source,
+                split=split,
+                metadata=row,
+            )
+        )
     return out
 
 
@@ -117,9 +133,15 @@ def read_gsm8k_jsonl(path: str | Path, data_source: str = "gsm8k") -> list[Promp
         target = gsm8k_target(str(row["answer"]))
         if target is None:
             raise ValueError(f"{path} row {i}: no numeric answer in {row['answer']!r}")
-        out.append(PromptRecord(prompt_id=f"{data_source}/{split or 'all'}/{row.get('id', i)}",
-                                question=str(row["question"]), golden_answers=[_number_text(target)],
-                                data_source=data_source, split=split))
+        out.append(
+            PromptRecord(
+                prompt_id=f"{data_source}/{split or 'all'}/{row.get('id', i)}",
+                question=str(row["question"]),
+                golden_answers=[_number_text(target)],
+                data_source=data_source,
+                split=split,
+            )
+        )
     return out
 
 
@@ -148,10 +170,16 @@ def read_search_r1_parquet(path: str | Path) -> list[PromptRecord]:
         source = str(row.get("data_source") or path.stem)
         split = str(extra.get("split") or "")
         question = row.get("question") or _question_from_prompt(row.get("prompt") or "")
-        out.append(PromptRecord(prompt_id=f"{source}/{split or 'all'}/{extra.get('index', i)}",
-                                question=str(question),
-                                golden_answers=[target] if isinstance(target, str) else [str(t) for t in target],
-                                data_source=source, split=split, metadata={"extra_info": extra}))
+        out.append(
+            PromptRecord(
+                prompt_id=f"{source}/{split or 'all'}/{extra.get('index', i)}",
+                question=str(question),
+                golden_answers=[target] if isinstance(target, str) else [str(t) for t in target],
+                data_source=source,
+                split=split,
+                metadata={"extra_info": extra},
+            )
+        )
     return out
 
 
@@ -168,16 +196,23 @@ def synthetic_arithmetic(n: int, seed: int = 0) -> list[PromptRecord]:
         name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
         boxes, per_box, extra = rng.randint(2, 9), rng.randint(2, 12), rng.randint(1, 20)
         if rng.random() < 0.5:
-            q = (f"{name} has {boxes} boxes with {per_box} {item} in each box and finds {extra} more {item}. "
-                 f"How many {item} does {name} have now?")
+            q = (
+                f"{name} has {boxes} boxes with {per_box} {item} in each box and finds {extra} more {item}. "
+                f"How many {item} does {name} have now?"
+            )
             answer = boxes * per_box + extra
         else:
             extra = min(extra, boxes * per_box)
-            q = (f"{name} has {boxes} boxes with {per_box} {item} in each box and gives away {extra} {item}. "
-                 f"How many {item} does {name} have left?")
+            q = (
+                f"{name} has {boxes} boxes with {per_box} {item} in each box and gives away {extra} {item}. "
+                f"How many {item} does {name} have left?"
+            )
             answer = boxes * per_box - extra
-        out.append(PromptRecord(prompt_id=f"arithmetic/{seed}/{i}", question=q, golden_answers=[str(answer)],
-                                data_source="arithmetic"))
+        out.append(
+            PromptRecord(
+                prompt_id=f"arithmetic/{seed}/{i}", question=q, golden_answers=[str(answer)], data_source="arithmetic"
+            )
+        )
     return out
 
 

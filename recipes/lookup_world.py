@@ -16,10 +16,42 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-SYLLABLES = ("ka", "zor", "vel", "mi", "tan", "ro", "bek", "lu", "dar", "si", "quo", "fen", "ral", "no", "gis",
-             "tu", "pom", "xa", "rin", "ez")
-CITIES = ("Tamsk", "Orvale", "Beldun", "Quarro", "Minsa", "Zelkirk", "Pardo", "Ulmet", "Skarra", "Venhold",
-          "Lorimar", "Dask")
+SYLLABLES = (
+    "ka",
+    "zor",
+    "vel",
+    "mi",
+    "tan",
+    "ro",
+    "bek",
+    "lu",
+    "dar",
+    "si",
+    "quo",
+    "fen",
+    "ral",
+    "no",
+    "gis",
+    "tu",
+    "pom",
+    "xa",
+    "rin",
+    "ez",
+)
+CITIES = (
+    "Tamsk",
+    "Orvale",
+    "Beldun",
+    "Quarro",
+    "Minsa",
+    "Zelkirk",
+    "Pardo",
+    "Ulmet",
+    "Skarra",
+    "Venhold",
+    "Lorimar",
+    "Dask",
+)
 JOBS = ("baker", "pilot", "farmer", "doctor", "painter", "sailor", "teacher", "miner", "tailor", "singer")
 PETS = ("cat", "dog", "parrot", "turtle", "rabbit", "goat", "owl", "lizard")
 
@@ -41,8 +73,12 @@ class Question:
     gold_doc_id: str
 
     def to_json(self) -> dict:
-        return {"id": self.id, "question": self.question, "golden_answers": self.golden_answers,
-                "metadata": {"entity": self.entity, "relation": self.relation, "gold_doc_id": self.gold_doc_id}}
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": self.golden_answers,
+            "metadata": {"entity": self.entity, "relation": self.relation, "gold_doc_id": self.gold_doc_id},
+        }
 
 
 @dataclass(frozen=True)
@@ -72,12 +108,21 @@ def make_world(num_people: int = 120, test_fraction: float = 0.2, seed: int = 0)
     corpus, questions = [], []
     for doc_id, name in enumerate(people):
         facts = {rel: rng.choice(values) for rel, (_, _, values) in RELATIONS.items()}
-        text = " ".join(RELATIONS[rel][1].format(name=name, value=value, a=_article(value))
-                        for rel, value in facts.items())
+        text = " ".join(
+            RELATIONS[rel][1].format(name=name, value=value, a=_article(value)) for rel, value in facts.items()
+        )
         corpus.append({"id": str(doc_id), "contents": f'"{name}"\n{text}'})
         for rel, value in facts.items():
-            questions.append(Question(id=f"{name.lower()}-{rel}", question=RELATIONS[rel][0].format(name=name),
-                                      golden_answers=[value], entity=name, relation=rel, gold_doc_id=str(doc_id)))
+            questions.append(
+                Question(
+                    id=f"{name.lower()}-{rel}",
+                    question=RELATIONS[rel][0].format(name=name),
+                    golden_answers=[value],
+                    entity=name,
+                    relation=rel,
+                    gold_doc_id=str(doc_id),
+                )
+            )
     rng.shuffle(questions)
     # Hold out at most one fact per person, so every held-out person is still seen in training.
     held, seen_people = [], set()
@@ -95,8 +140,11 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"corpus": out / "corpus.jsonl", "train": out / "train.jsonl", "test": out / "test.jsonl"}
-    rows = {"corpus": world.corpus, "train": [q.to_json() for q in world.train],
-            "test": [q.to_json() for q in world.test]}
+    rows = {
+        "corpus": world.corpus,
+        "train": [q.to_json() for q in world.train],
+        "test": [q.to_json() for q in world.test],
+    }
     for key, path in paths.items():
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[key]))
     return paths
@@ -116,9 +164,15 @@ def main() -> None:
     configure_logging()
     world = make_world(args.people, args.test_fraction, args.seed)
     paths = write_world(world, args.out)
-    get_logger(__name__).info("lookup world written", extra={
-        "documents": len(world.corpus), "train": len(world.train), "test": len(world.test),
-        "files": ", ".join(str(p) for p in paths.values())})
+    get_logger(__name__).info(
+        "lookup world written",
+        extra={
+            "documents": len(world.corpus),
+            "train": len(world.train),
+            "test": len(world.test),
+            "files": ", ".join(str(p) for p in paths.values()),
+        },
+    )
 
 
 if __name__ == "__main__":

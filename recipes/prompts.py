@@ -64,8 +64,10 @@ EXECUTOR_SYSTEM = (
 
 
 def planner_messages(question: str) -> Messages:
-    return [{"role": "system", "content": PLANNER_SYSTEM},
-            {"role": "user", "content": f"Question: {question_text(question)}"}]
+    return [
+        {"role": "system", "content": PLANNER_SYSTEM},
+        {"role": "user", "content": f"Question: {question_text(question)}"},
+    ]
 
 
 def executor_messages(task: str) -> Messages:
@@ -167,9 +169,11 @@ SEARCH_TOOL: dict = {
     "function": {
         "name": "search",
         "description": "Look up passages in the document store",
-        "parameters": {"type": "object",
-                       "properties": {"query": {"type": "string", "description": "What to look for"}},
-                       "required": ["query"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look for"}},
+            "required": ["query"],
+        },
     },
 }
 
@@ -181,7 +185,7 @@ def tool_agent_messages(question: str) -> Messages:
         "You answer questions about the document store.\n"
         "Before every tool call and before your reply, plan step by step inside <think> and </think>.\n"
         "You can call this tool:\n<tools>\n" + json.dumps(SEARCH_TOOL) + "\n</tools>\n"
-        f"To call it, write {TOOL_CALL_OPEN}{{\"name\": \"search\", \"arguments\": {{\"query\": \"...\"}}}}"
+        f'To call it, write {TOOL_CALL_OPEN}{{"name": "search", "arguments": {{"query": "..."}}}}'
         f"{TOOL_CALL_CLOSE}. Results come back between {TOOL_RESPONSE_OPEN} and {TOOL_RESPONSE_CLOSE}. "
         "After your reasoning, reply with the answer only."
     )

@@ -57,26 +57,39 @@ async def run_recursive_reasoner(ctx: AgentContext, record: PromptRecord) -> Epi
         raise RuntimeError("recursive-reasoner needs a frozen worker model")
     planner = TokenTrajectory(ctx.tok.encode(decomposer_prompt(record.question)), role="planner")
     budget = ctx.budget("planner")
-    gen = await ctx.policy.generate(planner.next_prompt(), stop=[],
-                                    max_tokens=min(budget.max_tokens, budget.max_context_tokens - planner.prompt_len))
+    gen = await ctx.policy.generate(
+        planner.next_prompt(),
+        stop=[],
+        max_tokens=min(budget.max_tokens, budget.max_context_tokens - planner.prompt_len),
+    )
     planner.add_generation(gen)
     plan = parse_planner_json(gen.text)
     subproblems = plan_subproblems(plan) if plan else []
     if subproblems:
-        solved = await asyncio.gather(*(_work(ctx.frozen, ctx, worker_solve_prompt(record.question, s))
-                                        for s in subproblems))
-        steps = [(s, _json_number(text, "result") or text.strip()) for s, (text, _) in zip(subproblems, solved,
-                                                                                            strict=True)]
+        solved = await asyncio.gather(
+            *(_work(ctx.frozen, ctx, worker_solve_prompt(record.question, s)) for s in subproblems)
+        )
+        steps = [
+            (s, _json_number(text, "result") or text.strip()) for s, (text, _) in zip(subproblems, solved, strict=True)
+        ]
         final_text, final_tokens = await _work(ctx.frozen, ctx, worker_combine_prompt(record.question, steps))
         worker_tokens = sum(n for _, n in solved) + final_tokens
     else:
         final_text, worker_tokens = await _work(ctx.frozen, ctx, worker_direct_prompt(record.question))
     answer = _json_number(final_text, "final_answer") or None
     planner.finish_reason = "length" if gen.finish_reason == "length" else "stop"
-    return Episode(main=planner, answer=answer,
-                   facts=ReasonerFacts(parsed=plan is not None, decomposed=bool(subproblems),
-                                       subproblems=tuple(subproblems), planner_tokens=len(gen.token_ids),
-                                       worker_tokens=worker_tokens, worker_final=final_text))
+    return Episode(
+        main=planner,
+        answer=answer,
+        facts=ReasonerFacts(
+            parsed=plan is not None,
+            decomposed=bool(subproblems),
+            subproblems=tuple(subproblems),
+            planner_tokens=len(gen.token_ids),
+            worker_tokens=worker_tokens,
+            worker_final=final_text,
+        ),
+    )
 
 
 @episode_reward
@@ -85,9 +98,13 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     golds = scoring.record.golden_answers
     independence = subproblem_independence(list(facts.subproblems), scoring.embed) if facts.decomposed else 0.5
     return recursive_reasoner_reward(
-        parsed=facts.parsed, correct=bool(numeric_match(episode.answer, golds[0] if golds else "")),
-        tokens=facts.planner_tokens + facts.worker_tokens, decomposed=facts.decomposed,
-        independence=independence, token_budget=scoring.settings.token_budget)
+        parsed=facts.parsed,
+        correct=bool(numeric_match(episode.answer, golds[0] if golds else "")),
+        tokens=facts.planner_tokens + facts.worker_tokens,
+        decomposed=facts.decomposed,
+        independence=independence,
+        token_budget=scoring.settings.token_budget,
+    )
 
 
 def numeric(record: PromptRecord, answer: str | None) -> dict[str, float]:
@@ -96,7 +113,13 @@ def numeric(record: PromptRecord, answer: str | None) -> dict[str, float]:
 
 
 RECIPES = (
-    Recipe("recursive-reasoner", run_recursive_reasoner, reward="recipes.recursive_reasoner:reward",
-           needs=frozenset({"frozen"}), roles=("planner",), answer_extras=numeric,
-           description="a JSON planner decomposes math problems for a frozen worker"),
+    Recipe(
+        "recursive-reasoner",
+        run_recursive_reasoner,
+        reward="recipes.recursive_reasoner:reward",
+        needs=frozenset({"frozen"}),
+        roles=("planner",),
+        answer_extras=numeric,
+        description="a JSON planner decomposes math problems for a frozen worker",
+    ),
 )

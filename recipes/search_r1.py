@@ -36,8 +36,9 @@ async def run_search_r1(ctx: AgentContext, record: PromptRecord) -> Episode:
         return Observation.wrapped("information", blocks[0])
 
     outcome = await run_turns(traj, ctx.policy, ctx.tok, flat_spec(ctx, "policy"), act)
-    return Episode(main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved),
-                   invalid_turns=outcome.invalid_turns)
+    return Episode(
+        main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved), invalid_turns=outcome.invalid_turns
+    )
 
 
 @dataclass(frozen=True)
@@ -70,20 +71,43 @@ async def run_thinker(ctx: AgentContext, record: PromptRecord) -> Episode:
 
     outcome = await run_turns(traj, ctx.policy, ctx.tok, flat_spec(ctx, "thinker"), act)
     # The queries went to the searcher, not the retriever: no retrieved ids of the Thinker's own.
-    return Episode(main=traj, answer=outcome.answer, search=SearchTrace(tuple(c.query for c in calls)),
-                   facts=ThinkerFacts(tuple(calls)), invalid_turns=outcome.invalid_turns)
+    return Episode(
+        main=traj,
+        answer=outcome.answer,
+        search=SearchTrace(tuple(c.query for c in calls)),
+        facts=ThinkerFacts(tuple(calls)),
+        invalid_turns=outcome.invalid_turns,
+    )
 
 
 @episode_reward
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
-    return search_r1_reward(episode.answer, scoring.record.golden_answers, action_text=episode.main.action_text,
-                            information=episode.main.observations("information"), metric=scoring.metric)
+    return search_r1_reward(
+        episode.answer,
+        scoring.record.golden_answers,
+        action_text=episode.main.action_text,
+        information=episode.main.observations("information"),
+        metric=scoring.metric,
+    )
 
 
 RECIPES = (
-    Recipe("search-r1", run_search_r1, reward="recipes.search_r1:reward", needs=frozenset({"retriever"}),
-           roles=("policy",), demonstrations="search",
-           description="one policy: think, search the retriever, answer (Search-R1)"),
-    Recipe("thinker-searcher", run_thinker, reward="recipes.search_r1:reward", needs=frozenset({"searcher"}),
-           roles=("thinker",), demonstrations="search", description="a trained Thinker delegates searches to the frozen searcher service"),
+    Recipe(
+        "search-r1",
+        run_search_r1,
+        reward="recipes.search_r1:reward",
+        needs=frozenset({"retriever"}),
+        roles=("policy",),
+        demonstrations="search",
+        description="one policy: think, search the retriever, answer (Search-R1)",
+    ),
+    Recipe(
+        "thinker-searcher",
+        run_thinker,
+        reward="recipes.search_r1:reward",
+        needs=frozenset({"searcher"}),
+        roles=("thinker",),
+        demonstrations="search",
+        description="a trained Thinker delegates searches to the frozen searcher service",
+    ),
 )

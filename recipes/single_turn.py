@@ -25,8 +25,10 @@ async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
     budget = ctx.budget("policy")
     room = budget.max_context_tokens - traj.prompt_len
     if room <= 0:
-        raise ValueError(f"prompt {record.prompt_id} is {traj.prompt_len} tokens: no room under "
-                         f"max_context_tokens={budget.max_context_tokens}")
+        raise ValueError(
+            f"prompt {record.prompt_id} is {traj.prompt_len} tokens: no room under "
+            f"max_context_tokens={budget.max_context_tokens}"
+        )
     gen = await ctx.policy.generate(traj.next_prompt(), stop=list(ctx.stop), max_tokens=min(budget.max_tokens, room))
     gen = whole_tokens(gen, ctx.tok)
     traj.add_generation(gen)
@@ -41,6 +43,10 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
 
 
 RECIPES = (
-    Recipe("single-turn", run_single_turn, reward="recipes.single_turn:reward",
-           description="one completion per prompt, no tools; bring your own reward"),
+    Recipe(
+        "single-turn",
+        run_single_turn,
+        reward="recipes.single_turn:reward",
+        description="one completion per prompt, no tools; bring your own reward",
+    ),
 )

@@ -27,8 +27,10 @@ from recipes.rewards.result import RewardResult
 from recipes.rewards.similarity import answer_similarity
 from shared.tags import THINK_CLOSE, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-INVALID_TOOL_CALL = ('\nThe tool call was not valid JSON of the form {"name": "search", "arguments": '
-                     '{"query": "..."}}. Call the tool again or reply with the answer.\n')
+INVALID_TOOL_CALL = (
+    '\nThe tool call was not valid JSON of the form {"name": "search", "arguments": '
+    '{"query": "..."}}. Call the tool again or reply with the answer.\n'
+)
 FINAL_REPLY_NUDGE = "\nNo more tool calls are available. Reply with your answer now.\n"
 
 
@@ -71,19 +73,30 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
         before, _, after = ctx.tok.tool_turn(marker).partition(marker)
         return Observation(content=content, before=before, after=after, tag="tool_response")
 
-    spec = RoleSpec(actions=("search",), invalid_message=INVALID_TOOL_CALL, budget=ctx.budget("policy"),
-                    stop=(TOOL_CALL_CLOSE,), parse=parse_tool_calls, answer_on_eos=final_reply,
-                    final_message=FINAL_REPLY_NUDGE, final_stop=(TOOL_CALL_CLOSE,))
+    spec = RoleSpec(
+        actions=("search",),
+        invalid_message=INVALID_TOOL_CALL,
+        budget=ctx.budget("policy"),
+        stop=(TOOL_CALL_CLOSE,),
+        parse=parse_tool_calls,
+        answer_on_eos=final_reply,
+        final_message=FINAL_REPLY_NUDGE,
+        final_stop=(TOOL_CALL_CLOSE,),
+    )
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
-    return Episode(main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved),
-                   invalid_turns=outcome.invalid_turns)
+    return Episode(
+        main=traj, answer=outcome.answer, search=SearchTrace.of(queries, retrieved), invalid_turns=outcome.invalid_turns
+    )
 
 
 def chat(traj: TokenTrajectory) -> list[dict]:
     """The episode as chat messages for the format reward: every turn the model wrote (``assistant``) and
     every tool result (``tool``); the environment's messages (invalid call, final nudge) are nobody's turn."""
-    return [{"role": "assistant", "content": s.text} if s.source == "generated"
-            else {"role": "tool", "content": s.content} for s in traj.segments if s.source != "message"]
+    return [
+        {"role": "assistant", "content": s.text} if s.source == "generated" else {"role": "tool", "content": s.content}
+        for s in traj.segments
+        if s.source != "message"
+    ]
 
 
 COMPONENTS = ("mrr", "answer_similarity", "format")
@@ -93,10 +106,13 @@ COMPONENTS = ("mrr", "answer_similarity", "format")
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     golds = scoring.record.golden_answers
     similarity = answer_similarity(episode.answer, golds[0] if golds else "", scoring.embed)
-    return tool_agent_reward(retrieved_ids=[list(ids) for ids in episode.search.retrieved_ids],
-                             gold_doc_ids=gold_doc_ids(scoring.record), similarity=similarity,
-                             think_fraction=think_format_fraction(chat(episode.main)),
-                             weights=scoring.settings.tool_reward_weights)
+    return tool_agent_reward(
+        retrieved_ids=[list(ids) for ids in episode.search.retrieved_ids],
+        gold_doc_ids=gold_doc_ids(scoring.record),
+        similarity=similarity,
+        think_fraction=think_format_fraction(chat(episode.main)),
+        weights=scoring.settings.tool_reward_weights,
+    )
 
 
 def combine_group(settings: Any, rewards: list[RewardResult]) -> list[RewardResult]:
@@ -104,14 +120,21 @@ def combine_group(settings: Any, rewards: list[RewardResult]) -> list[RewardResu
     are kept as ``weight_<name>`` components. ``explicit``: unchanged."""
     if settings.reward_combination == "explicit":
         return rewards
-    combined = combine_rewards({k: [r.components[k] for r in rewards] for k in COMPONENTS},
-                               settings.reward_combination)
+    combined = combine_rewards({k: [r.components[k] for r in rewards] for k in COMPONENTS}, settings.reward_combination)
     weights = {f"weight_{k}": w for k, w in combined.weights.items()}
-    return [RewardResult(reward=float(value), components={**r.components, **weights})
-            for r, value in zip(rewards, combined.rewards, strict=True)]
+    return [
+        RewardResult(reward=float(value), components={**r.components, **weights})
+        for r, value in zip(rewards, combined.rewards, strict=True)
+    ]
 
 
 RECIPES = (
-    Recipe("tool-agent", run_tool_agent, reward="recipes.tool_agent:reward", needs=frozenset({"retriever"}),
-           combine=combine_group, description="chat-template tool calls to a search tool"),
+    Recipe(
+        "tool-agent",
+        run_tool_agent,
+        reward="recipes.tool_agent:reward",
+        needs=frozenset({"retriever"}),
+        combine=combine_group,
+        description="chat-template tool calls to a search tool",
+    ),
 )

@@ -38,8 +38,9 @@ class BodyGuard:
         headers = Headers(scope=scope)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await _refuse(scope, send, 413, f"request body of {declared} bytes exceeds the limit of "
-                                            f"{self.max_bytes} bytes")
+            await _refuse(
+                scope, send, 413, f"request body of {declared} bytes exceeds the limit of {self.max_bytes} bytes"
+            )
             return
         body = await self._read(scope, receive, send)
         if body is None:
@@ -62,10 +63,16 @@ class BodyGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                log.warning("request body over the limit", extra={"path": scope.get("path"), "bytes_read": size,
-                                                                  "limit": self.max_bytes})
-                await _refuse(scope, send, 413, f"request body exceeds the limit of {self.max_bytes} bytes "
-                                                f"(refused after {size} bytes)")
+                log.warning(
+                    "request body over the limit",
+                    extra={"path": scope.get("path"), "bytes_read": size, "limit": self.max_bytes},
+                )
+                await _refuse(
+                    scope,
+                    send,
+                    413,
+                    f"request body exceeds the limit of {self.max_bytes} bytes (refused after {size} bytes)",
+                )
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -95,8 +102,7 @@ def _is_json(content_type: str | None) -> bool:
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
     # Connection: close, so the server stops reading a body nobody will use instead of draining it.
-    response = JSONResponse(error_body(message, status), status_code=status,
-                            headers={"connection": "close"})
+    response = JSONResponse(error_body(message, status), status_code=status, headers={"connection": "close"})
     await response(scope, _no_receive, send)
 
 

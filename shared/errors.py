@@ -10,8 +10,9 @@ from __future__ import annotations
 class ApiError(Exception):
     """Raise from a route to answer ``status_code`` with the house error body (a 4xx for bad input)."""
 
-    def __init__(self, message: str, status_code: int = 400, type_: str = "BadRequestError",
-                 param: str | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int = 400, type_: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message, self.status_code, self.type_, self.param = message, status_code, type_, param
 

@@ -29,6 +29,10 @@ def add_health_route(app: FastAPI, service: str, checks: dict[str, HealthCheck] 
             except Exception as exc:  # a failing check is the answer, not an error of the route
                 ok = False
                 details[name] = f"error: {exc}"
-        body = {"status": "ok" if ok else "unavailable", "service": service,
-                "uptime_s": round(time.time() - started, 3), "checks": details}
+        body = {
+            "status": "ok" if ok else "unavailable",
+            "service": service,
+            "uptime_s": round(time.time() - started, 3),
+            "checks": details,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)

@@ -61,8 +61,9 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(json_safe(error_body(exc.message, exc.status_code, exc.type_, exc.param)),
-                            status_code=exc.status_code)
+        return JSONResponse(
+            json_safe(error_body(exc.message, exc.status_code, exc.type_, exc.param)), status_code=exc.status_code
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -112,8 +113,12 @@ def _brief_error(err: dict) -> dict:
     """One validation error, small and JSON-safe: the input as a bounded repr, ctx values as text
     (a validator's ValueError sits in ctx and is not JSON by itself)."""
     ctx = {k: v if isinstance(v, (bool, int, str)) else str(v) for k, v in (err.get("ctx") or {}).items()}
-    brief = {"type": err.get("type"), "loc": list(err.get("loc", ())), "msg": err.get("msg"),
-             "input": _INPUT_REPR.repr(err.get("input"))}
+    brief = {
+        "type": err.get("type"),
+        "loc": list(err.get("loc", ())),
+        "msg": err.get("msg"),
+        "input": _INPUT_REPR.repr(err.get("input")),
+    }
     return {**brief, "ctx": ctx} if ctx else brief
 
 

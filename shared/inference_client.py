@@ -76,9 +76,11 @@ class Completion:
 
 def _token_id(token: str) -> int:
     if not token.startswith(TOKEN_ID_PREFIX):
-        raise ValueError(f"logprob token {token!r} is not 'token_id:N'; send return_tokens_as_token_ids=true "
-                         "or return_token_ids=true")
-    return int(token[len(TOKEN_ID_PREFIX):])
+        raise ValueError(
+            f"logprob token {token!r} is not 'token_id:N'; send return_tokens_as_token_ids=true "
+            "or return_token_ids=true"
+        )
+    return int(token[len(TOKEN_ID_PREFIX) :])
 
 
 def parse_choice(choice: CompletionChoice) -> GeneratedChoice:
@@ -97,8 +99,14 @@ def parse_choice(choice: CompletionChoice) -> GeneratedChoice:
         logprobs = [float(v) for v in lp.token_logprobs]
         if len(logprobs) != len(token_ids):
             raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} generated tokens")
-    return GeneratedChoice(index=choice.index, text=choice.text, token_ids=token_ids, logprobs=logprobs,
-                           finish_reason=choice.finish_reason, stop_reason=choice.stop_reason)
+    return GeneratedChoice(
+        index=choice.index,
+        text=choice.text,
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=choice.finish_reason,
+        stop_reason=choice.stop_reason,
+    )
 
 
 def parse_completion(body: dict[str, Any]) -> Completion:
@@ -106,20 +114,43 @@ def parse_completion(body: dict[str, Any]) -> Completion:
     response = CompletionResponse.model_validate(body)
     choices = [parse_choice(c) for c in sorted(response.choices, key=lambda c: c.index)]
     usage = response.usage
-    return Completion(id=response.id, model=response.model, choices=choices, prompt_tokens=usage.prompt_tokens,
-                      completion_tokens=usage.completion_tokens or sum(len(c.token_ids) for c in choices),
-                      weight_version=response.weight_version)
+    return Completion(
+        id=response.id,
+        model=response.model,
+        choices=choices,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens or sum(len(c.token_ids) for c in choices),
+        weight_version=response.weight_version,
+    )
 
 
-def completion_body(model: str, prompt: list[int] | str, *, max_tokens: int, temperature: float = 1.0,
-                    top_p: float = 1.0, stop: list[str] | None = None, n: int = 1, seed: int | None = None,
-                    include_stop_str_in_output: bool = True, logprobs: bool = True,
-                    **extra: Any) -> dict[str, Any]:
+def completion_body(
+    model: str,
+    prompt: list[int] | str,
+    *,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop: list[str] | None = None,
+    n: int = 1,
+    seed: int | None = None,
+    include_stop_str_in_output: bool = True,
+    logprobs: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
     """The request body ``complete`` sends; ``extra`` passes any other vLLM field (e.g. ``cache_salt``)."""
     body: dict[str, Any] = {
-        "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
-        "n": n, "stop": list(stop or []), "include_stop_str_in_output": include_stop_str_in_output,
-        "skip_special_tokens": True, "return_token_ids": True, "return_tokens_as_token_ids": True,
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "n": n,
+        "stop": list(stop or []),
+        "include_stop_str_in_output": include_stop_str_in_output,
+        "skip_special_tokens": True,
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
     }
     if seed is not None:
         body["seed"] = seed
@@ -162,9 +193,15 @@ def _reload_body(path: str, version: int | None) -> dict[str, Any]:
 class InferenceClient:
     """Async, pooled client. One per process is plenty: it holds a connection pool."""
 
-    def __init__(self, base_url: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-                 retry: RetryPolicy = RetryPolicy(), api_key: str | None = None,
-                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = RetryPolicy(),
+        api_key: str | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.retry = retry
@@ -185,14 +222,35 @@ class InferenceClient:
         except httpx.HTTPStatusError as exc:
             raise _raise_for(exc) from None
 
-    async def complete(self, model: str, prompt_token_ids: list[int] | str, *, max_tokens: int,
-                       temperature: float = 1.0, top_p: float = 1.0, stop: list[str] | None = None, n: int = 1,
-                       seed: int | None = None, include_stop_str_in_output: bool = True,
-                       logprobs: bool = True, **extra: Any) -> Completion:
+    async def complete(
+        self,
+        model: str,
+        prompt_token_ids: list[int] | str,
+        *,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        n: int = 1,
+        seed: int | None = None,
+        include_stop_str_in_output: bool = True,
+        logprobs: bool = True,
+        **extra: Any,
+    ) -> Completion:
         """Sample ``n`` completions of one prompt (token ids, or text) with per-token logprobs."""
-        body = completion_body(model, prompt_token_ids, max_tokens=max_tokens, temperature=temperature,
-                               top_p=top_p, stop=stop, n=n, seed=seed, logprobs=logprobs,
-                               include_stop_str_in_output=include_stop_str_in_output, **extra)
+        body = completion_body(
+            model,
+            prompt_token_ids,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            n=n,
+            seed=seed,
+            logprobs=logprobs,
+            include_stop_str_in_output=include_stop_str_in_output,
+            **extra,
+        )
         response = await self._call("POST", "/v1/completions", json=body)
         return parse_completion(response.json())
 
@@ -259,9 +317,15 @@ class InferenceClient:
 class SyncInferenceClient:
     """Blocking twin of ``InferenceClient`` for the trainer and CLIs."""
 
-    def __init__(self, base_url: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-                 retry: RetryPolicy = RetryPolicy(), api_key: str | None = None,
-                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = RetryPolicy(),
+        api_key: str | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.retry = retry
@@ -282,13 +346,34 @@ class SyncInferenceClient:
         except httpx.HTTPStatusError as exc:
             raise _raise_for(exc) from None
 
-    def complete(self, model: str, prompt_token_ids: list[int] | str, *, max_tokens: int,
-                 temperature: float = 1.0, top_p: float = 1.0, stop: list[str] | None = None, n: int = 1,
-                 seed: int | None = None, include_stop_str_in_output: bool = True, logprobs: bool = True,
-                 **extra: Any) -> Completion:
-        body = completion_body(model, prompt_token_ids, max_tokens=max_tokens, temperature=temperature,
-                               top_p=top_p, stop=stop, n=n, seed=seed, logprobs=logprobs,
-                               include_stop_str_in_output=include_stop_str_in_output, **extra)
+    def complete(
+        self,
+        model: str,
+        prompt_token_ids: list[int] | str,
+        *,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        n: int = 1,
+        seed: int | None = None,
+        include_stop_str_in_output: bool = True,
+        logprobs: bool = True,
+        **extra: Any,
+    ) -> Completion:
+        body = completion_body(
+            model,
+            prompt_token_ids,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            n=n,
+            seed=seed,
+            logprobs=logprobs,
+            include_stop_str_in_output=include_stop_str_in_output,
+            **extra,
+        )
         return parse_completion(self._call("POST", "/v1/completions", json=body).json())
 
     def load_lora(self, name: str, path: str) -> str:

@@ -41,8 +41,10 @@ def body_problem(body: bytes, max_depth: int) -> str | None:
     if nesting_depth(body, stop_above=max_depth) > max_depth:
         return f"JSON body is nested deeper than {max_depth} levels"
     if has_lone_surrogate(body):
-        return ("undecodable text: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without "
-                "its pair), which is not a character")
+        return (
+            "undecodable text: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without "
+            "its pair), which is not a character"
+        )
     return None
 
 
@@ -59,9 +61,9 @@ def nesting_depth(body: bytes, stop_above: int | None = None) -> int:
     chars = np.frombuffer(skeleton, dtype=np.uint8) if b'"' in skeleton else None
     depth = deepest = quotes = 0
     for start in range(0, len(steps), _CHUNK):
-        chunk = steps[start:start + _CHUNK]
+        chunk = steps[start : start + _CHUNK]
         if chars is not None:  # a bracket after an odd number of quotes is inside a string
-            seen = np.cumsum(chars[start:start + _CHUNK] == ord('"'), dtype=np.int32) + quotes
+            seen = np.cumsum(chars[start : start + _CHUNK] == ord('"'), dtype=np.int32) + quotes
             chunk = np.where(seen & 1, 0, chunk)
             quotes = int(seen[-1]) & 1
         running = np.cumsum(chunk, dtype=np.int32)

@@ -35,8 +35,12 @@ class KeyValueFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        parts = [f"ts={ts}.{int(record.msecs):03d}Z", f"level={record.levelname.lower()}",
-                 f"logger={record.name}", f"msg={_kv_value(record.getMessage())}"]
+        parts = [
+            f"ts={ts}.{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_kv_value(record.getMessage())}",
+        ]
         parts += [f"{k}={_kv_value(v)}" for k, v in _fields(record).items()]
         if record.exc_info:
             parts.append(f"exc={json.dumps(self.formatException(record.exc_info))}")
@@ -47,8 +51,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line, for log shippers."""
 
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, object] = {"ts": record.created, "level": record.levelname.lower(),
-                                  "logger": record.name, "msg": record.getMessage()}
+        doc: dict[str, object] = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         doc.update(_fields(record))
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)

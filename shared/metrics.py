@@ -32,10 +32,12 @@ class HttpMetrics:
     """Request count and latency per route and status, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry, service: str) -> None:
-        self.requests = Counter(HTTP_REQUESTS, "HTTP requests served", ["service", "route", "status"],
-                                registry=registry)
-        self.latency = Histogram(HTTP_LATENCY, "HTTP request latency", ["service", "route"],
-                                 buckets=LATENCY_BUCKETS, registry=registry)
+        self.requests = Counter(
+            HTTP_REQUESTS, "HTTP requests served", ["service", "route", "status"], registry=registry
+        )
+        self.latency = Histogram(
+            HTTP_LATENCY, "HTTP request latency", ["service", "route"], buckets=LATENCY_BUCKETS, registry=registry
+        )
         info = Gauge(SERVICE_INFO, "Always 1; labels say which service this is", ["service"], registry=registry)
         info.labels(service=service).set(1)
         self.service = service

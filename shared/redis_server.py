@@ -50,8 +50,9 @@ class RedisServer:
     ``persist_dir`` turns on the append-only file there, so a restarted server keeps the streams.
     """
 
-    def __init__(self, port: int | None = None, persist_dir: str | Path | None = None,
-                 password: str | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, persist_dir: str | Path | None = None, password: str | None = None
+    ) -> None:
         self.port = port or free_port()
         self.persist_dir = Path(persist_dir) if persist_dir else None
         self.password = password
@@ -75,8 +76,20 @@ class RedisServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="coda-redis-")
             workdir = Path(self._tmp.name)
             persistence = ["--appendonly", "no", "--save", ""]
-        cmd = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(workdir),
-               "--daemonize", "no", "--loglevel", "warning", *persistence]
+        cmd = [
+            find_redis_server(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(workdir),
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            *persistence,
+        ]
         if self.password:
             cmd += ["--requirepass", self.password]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -29,8 +29,13 @@ def _endpoint(base_url: str) -> str:
     return base if base.endswith("/retrieve") else base + "/retrieve"
 
 
-def _payload(queries: list[str], topk: int | None, mode: RetrievalMode | None,
-             fusion: FusionMethod | None, sparse_weight: float | None) -> dict[str, Any]:
+def _payload(
+    queries: list[str],
+    topk: int | None,
+    mode: RetrievalMode | None,
+    fusion: FusionMethod | None,
+    sparse_weight: float | None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"queries": list(queries), "topk": topk, "return_scores": True}
     for key, value in (("mode", mode), ("fusion", fusion), ("sparse_weight", sparse_weight)):
         if value is not None:
@@ -43,34 +48,50 @@ def _parse(body: dict[str, Any], expected: int) -> list[list[RetrievedDocument]]
     if not isinstance(result, list) or len(result) != expected:
         got = len(result) if isinstance(result, list) else type(result).__name__
         raise ValueError(f"retriever answered {got} result lists for {expected} queries")
-    return [[RetrievedDocument.model_validate({**item["document"], "score": item["score"]}) for item in docs]
-            for docs in result]
+    return [
+        [RetrievedDocument.model_validate({**item["document"], "score": item["score"]}) for item in docs]
+        for docs in result
+    ]
 
 
 def _chunks(queries: list[str], size: int) -> list[list[str]]:
     if isinstance(queries, str):
         raise TypeError("queries must be a list of strings, not one string")
     queries = list(queries)
-    return [queries[i:i + size] for i in range(0, len(queries), size)] or [[]]
+    return [queries[i : i + size] for i in range(0, len(queries), size)] or [[]]
 
 
 class AsyncRetrieverClient:
     """Async client: ``await retrieve(queries, topk) -> list[list[RetrievedDocument]]``, aligned with queries."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, *, timeout_s: float = 30.0,
-                 policy: RetryPolicy = RetryPolicy(), max_connections: int = 64,
-                 max_queries_per_request: int = 1024, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout_s: float = 30.0,
+        policy: RetryPolicy = RetryPolicy(),
+        max_connections: int = 64,
+        max_queries_per_request: int = 1024,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
         self.url = _endpoint(base_url)
         self.policy = policy
         self.max_queries_per_request = max_queries_per_request
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(
-            timeout=timeout_s, limits=httpx.Limits(max_connections=max_connections,
-                                                   max_keepalive_connections=max_connections))
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
 
-    async def retrieve(self, queries: list[str], topk: int | None = None, mode: RetrievalMode | None = None,
-                       *, fusion: FusionMethod | None = None,
-                       sparse_weight: float | None = None) -> list[list[RetrievedDocument]]:
+    async def retrieve(
+        self,
+        queries: list[str],
+        topk: int | None = None,
+        mode: RetrievalMode | None = None,
+        *,
+        fusion: FusionMethod | None = None,
+        sparse_weight: float | None = None,
+    ) -> list[list[RetrievedDocument]]:
         """Top-``topk`` documents per query (server default 3 when None), best first."""
         if not queries:
             return []
@@ -97,18 +118,30 @@ class AsyncRetrieverClient:
 class RetrieverClient:
     """Synchronous twin of ``AsyncRetrieverClient`` (chunks are sent one after another)."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, *, timeout_s: float = 30.0,
-                 policy: RetryPolicy = RetryPolicy(), max_queries_per_request: int = 1024,
-                 client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        timeout_s: float = 30.0,
+        policy: RetryPolicy = RetryPolicy(),
+        max_queries_per_request: int = 1024,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.url = _endpoint(base_url)
         self.policy = policy
         self.max_queries_per_request = max_queries_per_request
         self._owns_client = client is None
         self._client = client or httpx.Client(timeout=timeout_s)
 
-    def retrieve(self, queries: list[str], topk: int | None = None, mode: RetrievalMode | None = None,
-                 *, fusion: FusionMethod | None = None,
-                 sparse_weight: float | None = None) -> list[list[RetrievedDocument]]:
+    def retrieve(
+        self,
+        queries: list[str],
+        topk: int | None = None,
+        mode: RetrievalMode | None = None,
+        *,
+        fusion: FusionMethod | None = None,
+        sparse_weight: float | None = None,
+    ) -> list[list[RetrievedDocument]]:
         """Top-``topk`` documents per query (server default 3 when None), best first."""
         if not queries:
             return []

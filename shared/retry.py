@@ -15,8 +15,13 @@ from shared.log import get_logger
 
 log = get_logger(__name__)
 
-TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
-                    httpx.WriteError)
+TRANSIENT_ERRORS = (
+    httpx.TimeoutException,
+    httpx.ConnectError,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +40,9 @@ def is_transient(response: httpx.Response) -> bool:
     return response.status_code >= 500 or response.status_code == 429
 
 
-async def arequest(client: httpx.AsyncClient, method: str, url: str, *, policy: RetryPolicy = RetryPolicy(),
-                   **kwargs) -> httpx.Response:
+async def arequest(
+    client: httpx.AsyncClient, method: str, url: str, *, policy: RetryPolicy = RetryPolicy(), **kwargs
+) -> httpx.Response:
     """``client.request`` with retries; raises ``httpx.HTTPStatusError`` for a final 4xx/5xx."""
     for attempt in range(policy.attempts):
         last = attempt == policy.attempts - 1
@@ -45,19 +51,22 @@ async def arequest(client: httpx.AsyncClient, method: str, url: str, *, policy: 
         except TRANSIENT_ERRORS as exc:
             if last:
                 raise
-            log.warning("transient HTTP error, retrying", extra={"url": url, "error": repr(exc),
-                                                                 "attempt": attempt + 1})
+            log.warning(
+                "transient HTTP error, retrying", extra={"url": url, "error": repr(exc), "attempt": attempt + 1}
+            )
         else:
             if not is_transient(response) or last:
                 return response.raise_for_status()
-            log.warning("server error, retrying", extra={"url": url, "status": response.status_code,
-                                                         "attempt": attempt + 1})
+            log.warning(
+                "server error, retrying", extra={"url": url, "status": response.status_code, "attempt": attempt + 1}
+            )
         await asyncio.sleep(policy.wait(attempt))
     raise AssertionError("unreachable")
 
 
-def request(client: httpx.Client, method: str, url: str, *, policy: RetryPolicy = RetryPolicy(),
-            **kwargs) -> httpx.Response:
+def request(
+    client: httpx.Client, method: str, url: str, *, policy: RetryPolicy = RetryPolicy(), **kwargs
+) -> httpx.Response:
     """Synchronous twin of ``arequest`` for the trainer and CLIs."""
     for attempt in range(policy.attempts):
         last = attempt == policy.attempts - 1
@@ -66,12 +75,14 @@ def request(client: httpx.Client, method: str, url: str, *, policy: RetryPolicy 
         except TRANSIENT_ERRORS as exc:
             if last:
                 raise
-            log.warning("transient HTTP error, retrying", extra={"url": url, "error": repr(exc),
-                                                                 "attempt": attempt + 1})
+            log.warning(
+                "transient HTTP error, retrying", extra={"url": url, "error": repr(exc), "attempt": attempt + 1}
+            )
         else:
             if not is_transient(response) or last:
                 return response.raise_for_status()
-            log.warning("server error, retrying", extra={"url": url, "status": response.status_code,
-                                                         "attempt": attempt + 1})
+            log.warning(
+                "server error, retrying", extra={"url": url, "status": response.status_code, "attempt": attempt + 1}
+            )
         time.sleep(policy.wait(attempt))
     raise AssertionError("unreachable")

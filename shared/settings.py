@@ -33,15 +33,27 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 RECIPE_ENV = "CODA_RECIPE"
 # [shared] keys, each read by the services that declare it in ``shared_keys``.
-SHARED_KEYS = frozenset({"model", "served_model_name", "groups_per_step", "max_staleness", "temperature",
-                         "redis_url", "stream", "weights_stream", "version_key"})
+SHARED_KEYS = frozenset(
+    {
+        "model",
+        "served_model_name",
+        "groups_per_step",
+        "max_staleness",
+        "temperature",
+        "redis_url",
+        "stream",
+        "weights_stream",
+        "version_key",
+    }
+)
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 
 def service_config(env_prefix: str, **extra: Any) -> SettingsConfigDict:
     """The house ``model_config``: an env prefix, unknown keys forbidden, nested env with ``__``."""
-    return SettingsConfigDict(env_prefix=env_prefix, extra="forbid", env_nested_delimiter="__",
-                              validate_default=True, **extra)
+    return SettingsConfigDict(
+        env_prefix=env_prefix, extra="forbid", env_nested_delimiter="__", validate_default=True, **extra
+    )
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
@@ -58,8 +70,13 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
 class TomlSectionSource(PydanticBaseSettingsSource):
     """Settings from one table of the recipe file (the service's section)."""
 
-    def __init__(self, settings_cls: type[BaseSettings], path: str | None, section: str,
-                 shared_keys: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings_cls: type[BaseSettings],
+        path: str | None,
+        section: str,
+        shared_keys: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(settings_cls)
         self.values: dict[str, Any] = {}
         if path:
@@ -70,8 +87,9 @@ class TomlSectionSource(PydanticBaseSettingsSource):
                     raise ValueError(f"recipe {path}: {name} must be a table")
             unknown = set(shared) - SHARED_KEYS
             if unknown:
-                raise ValueError(f"recipe {path}: unknown [shared] keys {sorted(unknown)}; "
-                                 f"known: {', '.join(sorted(SHARED_KEYS))}")
+                raise ValueError(
+                    f"recipe {path}: unknown [shared] keys {sorted(unknown)}; known: {', '.join(sorted(SHARED_KEYS))}"
+                )
             own = {field: shared[key] for key, field in (shared_keys or {}).items() if key in shared}
             self.values = {**own, **table}
 
@@ -90,12 +108,12 @@ class ServiceSettings(BaseSettings):
     shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         recipe = _recipe.get() or os.environ.get(RECIPE_ENV)
         # First wins: command line (init kwargs) > environment > recipe > defaults.
-        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section,
-                                                              cls.shared_keys)
+        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section, cls.shared_keys)
 
     @classmethod
     def load(cls, recipe: str | Path | None = None, **overrides: Any):
@@ -109,15 +127,22 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """One ``--flag`` per field (help from its description) plus ``--recipe``."""
-        parser.add_argument("--recipe", default=None,
-                            help=f"recipe TOML; its [{cls.toml_section}] table is read (env: {RECIPE_ENV})")
-        group = parser.add_argument_group(f"{cls.toml_section} settings (env prefix "
-                                          f"{cls.model_config.get('env_prefix', '')})")
+        parser.add_argument(
+            "--recipe", default=None, help=f"recipe TOML; its [{cls.toml_section}] table is read (env: {RECIPE_ENV})"
+        )
+        group = parser.add_argument_group(
+            f"{cls.toml_section} settings (env prefix {cls.model_config.get('env_prefix', '')})"
+        )
         for name, field in cls.model_fields.items():
             flag = "--" + name.replace("_", "-")
             default = field.default if field.default is not None else "none"
-            group.add_argument(flag, dest=f"setting__{name}", default=None, metavar=_metavar(field),
-                               help=f"{field.description or ''} (default: {default})")
+            group.add_argument(
+                flag,
+                dest=f"setting__{name}",
+                default=None,
+                metavar=_metavar(field),
+                help=f"{field.description or ''} (default: {default})",
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace):

@@ -75,9 +75,18 @@ class StreamQueue(Generic[M]):
     process; such a message is dead-lettered like a malformed one.
     """
 
-    def __init__(self, client: redis.Redis, stream: str, model: type[M], *, group: str | None = None,
-                 consumer: str | None = None, maxlen: int | None = 100_000, approximate: bool = True,
-                 check: Callable[[M], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        stream: str,
+        model: type[M],
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        maxlen: int | None = 100_000,
+        approximate: bool = True,
+        check: Callable[[M], None] | None = None,
+    ) -> None:
         self.r = client
         self.stream = stream
         self.dead_stream = f"{stream}:dead"
@@ -143,8 +152,9 @@ class StreamQueue(Generic[M]):
     def claim(self, min_idle_ms: int, count: int = 100) -> list[Entry[M]]:
         """Take over entries that another (dead) consumer has held unacknowledged for ``min_idle_ms``."""
         self._require_consumer()
-        reply = self.r.xautoclaim(self.stream, self.group, self.consumer, min_idle_time=min_idle_ms,
-                                  start_id="0-0", count=count)
+        reply = self.r.xautoclaim(
+            self.stream, self.group, self.consumer, min_idle_time=min_idle_ms, start_id="0-0", count=count
+        )
         claimed = reply[1]
         deleted = reply[2] if len(reply) > 2 else []
         if deleted:  # trimmed by MAXLEN before anyone processed them (Redis ≥ 7 reports them)
@@ -155,8 +165,7 @@ class StreamQueue(Generic[M]):
     def pending_ids(self, consumer: str | None = None) -> list[str]:
         """Ids of entries delivered but not acknowledged (for one consumer, or the whole group)."""
         self._require_consumer()
-        rows = self.r.xpending_range(self.stream, self.group, min="-", max="+", count=1_000_000,
-                                     consumername=consumer)
+        rows = self.r.xpending_range(self.stream, self.group, min="-", max="+", count=1_000_000, consumername=consumer)
         return [_text(row["message_id"]) for row in rows]
 
     # ---------------------------------------------------------------- observing
@@ -179,8 +188,10 @@ class StreamQueue(Generic[M]):
     def dead_letters(self, count: int = 100) -> list[dict[str, str]]:
         """The most recent dead-letter records (source id, reason, type)."""
         rows = self.r.xrevrange(self.dead_stream, count=count)
-        return [{k.decode(): v.decode(errors="replace") for k, v in fields.items() if k != b"raw"}
-                | {"id": _text(i)} for i, fields in rows]
+        return [
+            {k.decode(): v.decode(errors="replace") for k, v in fields.items() if k != b"raw"} | {"id": _text(i)}
+            for i, fields in rows
+        ]
 
     # ---------------------------------------------------------------- internals
     def _require_consumer(self) -> None:
@@ -219,10 +230,16 @@ class StreamQueue(Generic[M]):
         return out
 
     def _dead_letter(self, entry_id: str, fields: dict[bytes, bytes], reason: str) -> None:
-        log.error("malformed message moved to dead letters",
-                  extra={"stream": self.stream, "entry": entry_id, "reason": reason[:500]})
-        record = {b"source_id": entry_id.encode(), b"reason": reason[:4000].encode(),
-                  b"type": fields.get(TYPE, b""), b"raw": fields.get(DATA, b"")}
+        log.error(
+            "malformed message moved to dead letters",
+            extra={"stream": self.stream, "entry": entry_id, "reason": reason[:500]},
+        )
+        record = {
+            b"source_id": entry_id.encode(),
+            b"reason": reason[:4000].encode(),
+            b"type": fields.get(TYPE, b""),
+            b"raw": fields.get(DATA, b""),
+        }
         self.r.xadd(self.dead_stream, record, maxlen=10_000, approximate=True)
         self.ack(entry_id)
 

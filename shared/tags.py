@@ -37,8 +37,12 @@ def all_tag_tokens() -> list[str]:
 
 def stop_strings(role: str) -> list[str]:
     """Strings that end a policy turn for ``role``: the closers of its action tags."""
-    actions = {"policy": ("search", "answer"), "thinker": ("search", "answer"),
-               "planner": ("task", "answer"), "executor": ("search", "answer")}[role]
+    actions = {
+        "policy": ("search", "answer"),
+        "thinker": ("search", "answer"),
+        "planner": ("task", "answer"),
+        "executor": ("search", "answer"),
+    }[role]
     return [close_tag(t) for t in actions]
 
 

@@ -57,8 +57,11 @@ def _refresh_cpu_packed_weights(model: Any) -> int:
     this refresh brings back to 2e-6. Layers whose weight was moved into the packed copy (empty ``weight``)
     are re-packed by the reload itself. No-op on GPUs, where no layer has ``cpu_linear``. Returns the count.
     """
-    layers = [m for m in model.modules() if hasattr(m, "cpu_linear")
-              and getattr(getattr(m, "weight", None), "ndim", 0) == 2 and m.weight.numel() > 0]
+    layers = [
+        m
+        for m in model.modules()
+        if hasattr(m, "cpu_linear") and getattr(getattr(m, "weight", None), "ndim", 0) == 2 and m.weight.numel() > 0
+    ]
     if layers:
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 

@@ -89,17 +89,35 @@ class FakeLLM:
         prompt_text = self.tok.decode(req.prompt)
         ids, text, finish, stop_reason = self._reply(self.script(prompt_text, model), req)
         if self.record:
-            self.calls.append(FakeCall(model=model, prompt_ids=list(req.prompt), prompt_text=prompt_text,
-                                       stop=_stops(req.stop), max_tokens=req.max_tokens or 16, token_ids=ids,
-                                       text=text))
-        logprobs = CompletionLogProbs(tokens=[f"{TOKEN_ID_PREFIX}{i}" for i in ids],
-                                      token_logprobs=[fake_logprob(k) for k in range(len(ids))],
-                                      text_offset=[0] * len(ids), top_logprobs=None)
-        choice = CompletionChoice(index=0, text=text, logprobs=logprobs, finish_reason=finish,
-                                  stop_reason=stop_reason, token_ids=ids if req.return_token_ids else None,
-                                  prompt_token_ids=list(req.prompt) if req.return_token_ids else None)
-        usage = UsageInfo(prompt_tokens=len(req.prompt), completion_tokens=len(ids),
-                          total_tokens=len(req.prompt) + len(ids))
+            self.calls.append(
+                FakeCall(
+                    model=model,
+                    prompt_ids=list(req.prompt),
+                    prompt_text=prompt_text,
+                    stop=_stops(req.stop),
+                    max_tokens=req.max_tokens or 16,
+                    token_ids=ids,
+                    text=text,
+                )
+            )
+        logprobs = CompletionLogProbs(
+            tokens=[f"{TOKEN_ID_PREFIX}{i}" for i in ids],
+            token_logprobs=[fake_logprob(k) for k in range(len(ids))],
+            text_offset=[0] * len(ids),
+            top_logprobs=None,
+        )
+        choice = CompletionChoice(
+            index=0,
+            text=text,
+            logprobs=logprobs,
+            finish_reason=finish,
+            stop_reason=stop_reason,
+            token_ids=ids if req.return_token_ids else None,
+            prompt_token_ids=list(req.prompt) if req.return_token_ids else None,
+        )
+        usage = UsageInfo(
+            prompt_tokens=len(req.prompt), completion_tokens=len(ids), total_tokens=len(req.prompt) + len(ids)
+        )
         return CompletionResponse(model=model, choices=[choice], usage=usage, weight_version=self.weight_version)
 
     def _reply(self, reply: str, req: CompletionRequest) -> tuple[list[int], str, str, str | None]:
@@ -179,8 +197,10 @@ def protocol_script(prompt: str, model: str) -> str:
     """One search (or delegation) per episode, then an answer built from what came back."""
     done = _after_question(prompt)
     if "Read this math problem" in prompt:
-        return ('{"should_decompose": true, "subproblems": ["count all items", "apply the change"], '
-                '"plan": "multiply, then add or subtract"}')
+        return (
+            '{"should_decompose": true, "subproblems": ["count all items", "apply the change"], '
+            '"plan": "multiply, then add or subtract"}'
+        )
     if "Work out one part" in prompt:
         return '{"solution": "3 * 4", "result": 12}'
     if "Put these partial results together" in prompt or "Solve this math problem" in prompt:
@@ -212,17 +232,22 @@ def main(argv: list[str] | None = None) -> None:
     from recipes.core.tokenizer import load_tokenizer
     from shared.log import configure_logging
 
-    p = argparse.ArgumentParser(prog="python -m testing.fake_llm",
-                                description="The scripted protocol-following fake LLM (vLLM API shape).")
+    p = argparse.ArgumentParser(
+        prog="python -m testing.fake_llm", description="The scripted protocol-following fake LLM (vLLM API shape)."
+    )
     p.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
     p.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
     p.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
-    p.add_argument("--tokenizer", default="char",
-                   help="tokenizer directory the agents use ('char': the one-id-per-character test tokenizer)")
+    p.add_argument(
+        "--tokenizer",
+        default="char",
+        help="tokenizer directory the agents use ('char': the one-id-per-character test tokenizer)",
+    )
     args = p.parse_args(argv)
     configure_logging()
-    fake = FakeLLM(load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000,
-                   record=not args.no_record)
+    fake = FakeLLM(
+        load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record
+    )
     uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -43,8 +43,9 @@ def running_vllm(model: Path, log: Path, max_model_len: int = 512, timeout_s: fl
     skip_without_vllm()
     port = free_port()
     env = {**os.environ, **serve_env(VLLM_BIN, model, port, max_model_len)}
-    proc = subprocess.Popen(SERVE_COMMAND, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        SERVE_COMMAND, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout_s

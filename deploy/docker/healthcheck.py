@@ -20,9 +20,11 @@ from shared.settings import ServiceSettings
 def settings_class(service: str) -> type[ServiceSettings]:
     """The one ``ServiceSettings`` subclass defined in ``services/<service>/config.py``."""
     module = importlib.import_module(f"services.{service}.config")
-    classes = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
-               if issubclass(obj, ServiceSettings) and obj is not ServiceSettings
-               and obj.__module__ == module.__name__]
+    classes = [
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, ServiceSettings) and obj is not ServiceSettings and obj.__module__ == module.__name__
+    ]
     if len(classes) != 1:
         raise LookupError(f"services/{service}/config.py defines {len(classes)} settings classes, expected 1")
     return classes[0]

@@ -59,7 +59,7 @@ def forward_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]
 
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + tokens])).logits[0].float()
-    lp = logits.log_softmax(-1)[len(prompt) - 1:len(prompt) - 1 + len(tokens)]
+    lp = logits.log_softmax(-1)[len(prompt) - 1 : len(prompt) - 1 + len(tokens)]
     return lp.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1).tolist()
 
 
@@ -71,8 +71,9 @@ class Checker:
         self.rows: list[dict[str, Any]] = []
 
     def sample(self, model: str) -> tuple[list[int], list[float]]:
-        out = self.client.complete(model, self.args.prompt, max_tokens=self.args.max_tokens, temperature=1.0,
-                                   seed=self.args.seed)
+        out = self.client.complete(
+            model, self.args.prompt, max_tokens=self.args.max_tokens, temperature=1.0, seed=self.args.seed
+        )
         choice = out.choices[0]
         return list(choice.token_ids), list(choice.logprobs or [])
 
@@ -80,11 +81,20 @@ class Checker:
         tokens, served = self.sample(served_as)
         ours = forward_logprobs(reference, self.args.prompt, tokens)
         diff = max((abs(a - b) for a, b in zip(served, ours, strict=True)), default=0.0)
-        row = {"step": step, "model": served_as, "tokens": len(tokens), "max_abs_diff": diff,
-               "mean_logprob": sum(served) / max(len(served), 1), "ok": bool(tokens) and diff <= self.args.tol}
+        row = {
+            "step": step,
+            "model": served_as,
+            "tokens": len(tokens),
+            "max_abs_diff": diff,
+            "mean_logprob": sum(served) / max(len(served), 1),
+            "ok": bool(tokens) and diff <= self.args.tol,
+        }
         self.rows.append(row)
-        print(f"{step:8s} {served_as:12s} {len(tokens):3d} tokens  max |server − forward| = {diff:.2e}  "
-              f"mean logprob {row['mean_logprob']:.3f}  {'ok' if row['ok'] else 'FAIL'}", flush=True)
+        print(
+            f"{step:8s} {served_as:12s} {len(tokens):3d} tokens  max |server − forward| = {diff:.2e}  "
+            f"mean logprob {row['mean_logprob']:.3f}  {'ok' if row['ok'] else 'FAIL'}",
+            flush=True,
+        )
         return tokens
 
     def run(self) -> bool:
@@ -128,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     checker = Checker(args)
     ok = checker.run()
     if args.out:
-        args.out.write_text(json.dumps({"url": args.url, "served": checker.base, "tol": args.tol,
-                                        "rows": checker.rows}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps({"url": args.url, "served": checker.base, "tol": args.tol, "rows": checker.rows}, indent=1)
+            + "\n"
+        )
     return 0 if ok else 1
 
 

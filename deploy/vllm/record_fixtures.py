@@ -42,8 +42,10 @@ class Recorder:
         self.written: list[str] = []
         version = self.http.get("/version")
         self.version = version.json().get("version", "?") if version.status_code == 200 else "unknown"
-        self.source = (f"captured from a live server ({args.url}, /version: {self.version}) on "
-                       f"{time.strftime('%Y-%m-%d', time.gmtime())} by deploy/vllm/record_fixtures.py")
+        self.source = (
+            f"captured from a live server ({args.url}, /version: {self.version}) on "
+            f"{time.strftime('%Y-%m-%d', time.gmtime())} by deploy/vllm/record_fixtures.py"
+        )
 
     # ------------------------------------------------------------------ helpers
     def load(self, name: str) -> dict[str, Any]:
@@ -64,8 +66,14 @@ class Recorder:
     def prompt(self, model: str) -> list[int]:
         if self.args.prompt_ids:
             return [int(x) for x in self.args.prompt_ids.split(",")]
-        r = self.http.post("/tokenize", json={"model": model, "add_generation_prompt": True,
-                                              "messages": [{"role": "user", "content": self.args.prompt_text}]})
+        r = self.http.post(
+            "/tokenize",
+            json={
+                "model": model,
+                "add_generation_prompt": True,
+                "messages": [{"role": "user", "content": self.args.prompt_text}],
+            },
+        )
         if r.status_code != 200:
             raise SystemExit(f"/tokenize answered {r.status_code}; pass --prompt-ids instead")
         return r.json()["tokens"]
@@ -99,8 +107,14 @@ class Recorder:
         """Choice 0 ends on EOS (stop_reason null), choice 1 on a ``stop_token_ids`` id (stop_reason = it)."""
         data = self.load("completion_eos_and_stop_token.json")
         for seed in range(self.args.seeds):
-            base = {**data["request"], "model": model, "prompt": prompt, "seed": seed, "stop_token_ids": [],
-                    "max_tokens": self.args.eos_max_tokens}
+            base = {
+                **data["request"],
+                "model": model,
+                "prompt": prompt,
+                "seed": seed,
+                "stop_token_ids": [],
+                "max_tokens": self.args.eos_max_tokens,
+            }
             free = sorted(self.complete(base)["choices"], key=lambda c: c["index"])
             a, b = free
             if not (a["finish_reason"] == "stop" and a["stop_reason"] is None and a.get("token_ids")):
@@ -112,11 +126,17 @@ class Recorder:
             response = self.complete(request)
             x, y = sorted(response["choices"], key=lambda c: c["index"])
             if (x["finish_reason"], x["stop_reason"], y["finish_reason"], y["stop_reason"]) == (
-                    "stop", None, "stop", ids[0]):
+                "stop",
+                None,
+                "stop",
+                ids[0],
+            ):
                 self.save("completion_eos_and_stop_token.json", {"request": request, "response": response})
                 return
-        self.missing.append("completion_eos_and_stop_token.json: no seed gave an EOS stop beside a stop-token stop "
-                            "(try --prompt-text with a question the model answers briefly)")
+        self.missing.append(
+            "completion_eos_and_stop_token.json: no seed gave an EOS stop beside a stop-token stop "
+            "(try --prompt-text with a question the model answers briefly)"
+        )
 
     # ------------------------------------------------------------------ models, admin, errors
     def admin_models_errors(self, base: str, max_len: int, prompt: list[int]) -> None:
@@ -133,14 +153,20 @@ class Recorder:
                 body = {"text": r.text}
             cases[what] = {"what": what, "status": r.status_code, "body": body, "message": error_message(r)}
 
-        case("unknown model (current ErrorResponse shape)",
-             self.http.post("/v1/completions", json={"model": "policy-v99", "prompt": prompt, "max_tokens": 4}))
+        case(
+            "unknown model (current ErrorResponse shape)",
+            self.http.post("/v1/completions", json={"model": "policy-v99", "prompt": prompt, "max_tokens": 4}),
+        )
         # vLLM >= 0.2x caps max_tokens at the room the context leaves; only a prompt longer than the context fails.
-        long_prompt = (prompt * (max_len // max(len(prompt), 1) + 2))[:max_len + 8]
-        case("prompt longer than the context",
-             self.http.post("/v1/completions", json={"model": base, "prompt": long_prompt, "max_tokens": 4}))
-        case("negative max_tokens",
-             self.http.post("/v1/completions", json={"model": base, "prompt": prompt, "max_tokens": -1}))
+        long_prompt = (prompt * (max_len // max(len(prompt), 1) + 2))[: max_len + 8]
+        case(
+            "prompt longer than the context",
+            self.http.post("/v1/completions", json={"model": base, "prompt": long_prompt, "max_tokens": 4}),
+        )
+        case(
+            "negative max_tokens",
+            self.http.post("/v1/completions", json={"model": base, "prompt": prompt, "max_tokens": -1}),
+        )
         case("unload of an unknown adapter", self.http.post("/v1/unload_lora_adapter", json={"lora_name": "policy-v1"}))
         case("dev route HTTPException (collective_rpc without method)", self.http.post("/collective_rpc", json={}))
         got_models = False
@@ -158,8 +184,11 @@ class Recorder:
         else:
             self.missing.append("models.json, admin.json LoRA routes, 'LoRA already loaded': pass --adapter")
             self.stop_and_length(base, prompt)
-        for key, method, path in (("pause", "post", "/pause?mode=wait"), ("is_paused", "get", "/is_paused"),
-                                  ("resume", "post", "/resume")):
+        for key, method, path in (
+            ("pause", "post", "/pause?mode=wait"),
+            ("is_paused", "get", "/is_paused"),
+            ("resume", "post", "/resume"),
+        ):
             r = self.http.request(method.upper(), path)
             if r.status_code == 200:
                 entry = {"status": r.status_code, "response": r.json()}
@@ -167,8 +196,7 @@ class Recorder:
             else:
                 self.missing.append(f"admin.json {key}: {path} answered {r.status_code} (VLLM_SERVER_DEV_MODE=1?)")
         if self.args.weights:
-            body = {"method": "update_weights_from_path", "args": [str(self.args.weights)],
-                    "kwargs": {"version": "7"}}
+            body = {"method": "update_weights_from_path", "args": [str(self.args.weights)], "kwargs": {"version": "7"}}
             self.http.post("/pause", params={"mode": "wait"})
             r = self.http.post("/collective_rpc", json=body)
             self.http.post("/reset_prefix_cache")
@@ -196,8 +224,9 @@ class Recorder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     p.add_argument("--url", default="http://localhost:8002", help="the OpenAI server's base URL")
     p.add_argument("--out", type=Path, default=FIXTURES, help="fixture folder to update in place")
     p.add_argument("--adapter", help="a PEFT LoRA folder the server can read (loaded as policy-v3)")

@@ -48,8 +48,14 @@ def _message(text: str) -> str:
 class AiohttpCompletions:
     """``complete(model, prompt_ids, ...) -> Completion``, the subset of ``InferenceClient`` agents use."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, retry: RetryPolicy = RetryPolicy(),
-                 max_connections: int = 1024) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        retry: RetryPolicy = RetryPolicy(),
+        max_connections: int = 1024,
+    ) -> None:
         self.url = base_url.rstrip("/") + "/v1/completions"
         self.retry, self.timeout_s, self.max_connections = retry, timeout_s, max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -59,13 +65,24 @@ class AiohttpCompletions:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=60),
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10))
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10),
+            )
         return self._session
 
-    async def complete(self, model: str, prompt_token_ids: list[int], *, max_tokens: int, temperature: float = 1.0,
-                       top_p: float = 1.0, stop: list[str] | None = None, **extra: Any) -> Completion:
-        body = completion_body(model, prompt_token_ids, max_tokens=max_tokens, temperature=temperature,
-                               top_p=top_p, stop=stop, **extra)
+    async def complete(
+        self,
+        model: str,
+        prompt_token_ids: list[int],
+        *,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        **extra: Any,
+    ) -> Completion:
+        body = completion_body(
+            model, prompt_token_ids, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, **extra
+        )
         for attempt in range(self.retry.attempts):
             last = attempt == self.retry.attempts - 1
             try:
@@ -75,13 +92,15 @@ class AiohttpCompletions:
                     error = InferenceError(response.status, _message(await response.text()))
                 if (response.status < 500 and response.status != 429) or last:
                     raise error
-                log.warning("inference server error, retrying", extra={"status": response.status,
-                                                                       "attempt": attempt + 1})
+                log.warning(
+                    "inference server error, retrying", extra={"status": response.status, "attempt": attempt + 1}
+                )
             except TRANSIENT as exc:
                 if last or _sent(exc):
                     raise
-                log.warning("inference transport error, retrying", extra={"error": repr(exc)[:200],
-                                                                          "attempt": attempt + 1})
+                log.warning(
+                    "inference transport error, retrying", extra={"error": repr(exc)[:200], "attempt": attempt + 1}
+                )
             await asyncio.sleep(self.retry.wait(attempt))
         raise AssertionError("unreachable")
 

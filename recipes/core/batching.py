@@ -65,7 +65,7 @@ class BatchingRetriever:
         start = 0
         for queries, _, future in items:
             if not future.done():
-                future.set_result(results[start:start + len(queries)])
+                future.set_result(results[start : start + len(queries)])
             start += len(queries)
 
     async def aclose(self) -> None:

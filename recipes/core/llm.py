@@ -60,7 +60,7 @@ def whole_tokens(gen: Generation, tok: TokenizerLike) -> Generation:
     start = text.find(stop, max(0, len(before) - len(stop) + 1))
     if start < 0:  # the decoded ids do not hold the stop string (a server that reported something else)
         raise ValueError(f"stop string {stop!r} not found where the last generated token ends: {text[-80:]!r}")
-    tail = text[start + len(stop):]
+    tail = text[start + len(stop) :]
     if not tail:
         return gen
     head = gen.text if gen.text.endswith(stop) else gen.text + stop  # without include_stop_str_in_output
@@ -68,8 +68,7 @@ def whole_tokens(gen: Generation, tok: TokenizerLike) -> Generation:
 
 
 class Generator(Protocol):
-    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
-        ...
+    async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation: ...
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,14 @@ class PolicyGenerator:
     at most ``behind_wait_s``; then the tokens go out with the version that sampled them.
     """
 
-    def __init__(self, client: InferenceClient | AiohttpCompletions, state: PolicyState, sampling: Sampling = Sampling(),
-                 behind_wait_s: float = 60.0, behind_retry_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        client: InferenceClient | AiohttpCompletions,
+        state: PolicyState,
+        sampling: Sampling = Sampling(),
+        behind_wait_s: float = 60.0,
+        behind_retry_s: float = 0.5,
+    ) -> None:
         self.client, self.state, self.sampling = client, state, sampling
         self.behind_wait_s, self.behind_retry_s = behind_wait_s, behind_retry_s
         self.behind = False  # the server was last seen serving older weights than the live version
@@ -120,8 +125,14 @@ class PolicyGenerator:
         deadline = time.monotonic() + self.behind_wait_s
         while True:
             version, model = self.state.version, self.state.model_name  # read once: one version per call
-            out = await self.client.complete(model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
-                                             temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+            out = await self.client.complete(
+                model,
+                list(prompt_ids),
+                max_tokens=max_tokens,
+                stop=list(stop),
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+            )
             # Our server reports the base-weight version it sampled with; after a full reload that is the truth
             # even if the reload landed while the request was queued. vLLM does not report it.
             if out.weight_version is None or model != self.state.base_model_name:
@@ -133,26 +144,41 @@ class PolicyGenerator:
                 return _generation(out.choices[0], out.weight_version)
             if not self.behind:
                 self.behind = True
-                log.warning("the inference server serves older weights than the live version (restarted?); "
-                            "waiting for the trainer to load them again",
-                            extra={"served": out.weight_version, "live": version})
+                log.warning(
+                    "the inference server serves older weights than the live version (restarted?); "
+                    "waiting for the trainer to load them again",
+                    extra={"served": out.weight_version, "live": version},
+                )
             await asyncio.sleep(self.behind_retry_s)
 
 
 class FrozenGenerator:
     """A fixed served model (searcher, worker): tokens carry version -1 and are never trained."""
 
-    def __init__(self, client: InferenceClient | AiohttpCompletions, model: str, sampling: Sampling = Sampling()) -> None:
+    def __init__(
+        self, client: InferenceClient | AiohttpCompletions, model: str, sampling: Sampling = Sampling()
+    ) -> None:
         self.client, self.model, self.sampling = client, model, sampling
 
     async def generate(self, prompt_ids: Sequence[int], *, stop: Sequence[str], max_tokens: int) -> Generation:
-        out = await self.client.complete(self.model, list(prompt_ids), max_tokens=max_tokens, stop=list(stop),
-                                         temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        out = await self.client.complete(
+            self.model,
+            list(prompt_ids),
+            max_tokens=max_tokens,
+            stop=list(stop),
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+        )
         return _generation(out.choices[0], -1)
 
 
 def _generation(choice, version: int) -> Generation:
     logprobs = choice.logprobs if choice.logprobs is not None else [0.0] * len(choice.token_ids)
-    return Generation(token_ids=list(choice.token_ids), logprobs=list(logprobs), text=choice.text,
-                      finish_reason=choice.finish_reason or "stop", stop_reason=choice.stop_reason,
-                      version=version)
+    return Generation(
+        token_ids=list(choice.token_ids),
+        logprobs=list(logprobs),
+        text=choice.text,
+        finish_reason=choice.finish_reason or "stop",
+        stop_reason=choice.stop_reason,
+        version=version,
+    )

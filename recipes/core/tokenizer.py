@@ -111,10 +111,11 @@ class HFTokenizer:
             return PLAIN_TOOL_TURN.format(content=content)
         marker = "\x00CALL\x00"
         convo = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
-        text = self.tok.apply_chat_template([*convo, {"role": "tool", "content": content}],
-                                            add_generation_prompt=True, tokenize=False)
+        text = self.tok.apply_chat_template(
+            [*convo, {"role": "tool", "content": content}], add_generation_prompt=True, tokenize=False
+        )
         cut = text.rfind(marker)
-        return text[cut + len(marker):] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)
+        return text[cut + len(marker) :] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)
 
 
 def load_tokenizer(spec: str) -> TokenizerLike:

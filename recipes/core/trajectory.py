@@ -34,8 +34,15 @@ class Segment:
 
 
 class TokenTrajectory:
-    def __init__(self, prompt_ids: list[int], *, role: Role, trained: bool = True, parent_id: str | None = None,
-                 sample_id: str | None = None) -> None:
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        *,
+        role: Role,
+        trained: bool = True,
+        parent_id: str | None = None,
+        sample_id: str | None = None,
+    ) -> None:
         self.sample_id = sample_id or uuid.uuid4().hex[:16]
         self.role, self.trained, self.parent_id = role, trained, parent_id
         self.prompt_len = len(prompt_ids)
@@ -54,9 +61,11 @@ class TokenTrajectory:
         """The ids to send for the next turn (checked to extend the previous prompt + its generation)."""
         if self._last_prompt is not None:
             n, g = len(self._last_prompt), len(self._last_generated)
-            if self.ids[:n] != self._last_prompt or self.ids[n:n + g] != self._last_generated:
-                raise AssertionError("token-in/token-out violated: the next prompt does not extend the previous "
-                                     "prompt and its generated ids")
+            if self.ids[:n] != self._last_prompt or self.ids[n : n + g] != self._last_generated:
+                raise AssertionError(
+                    "token-in/token-out violated: the next prompt does not extend the previous "
+                    "prompt and its generated ids"
+                )
         self._last_prompt = list(self.ids)
         return list(self.ids)
 
@@ -72,8 +81,7 @@ class TokenTrajectory:
         self._last_generated = list(gen.token_ids)
         self.num_turns += 1
 
-    def add_observation(self, ids: list[int], text: str, *, tag: str | None = None,
-                        content: str | None = None) -> None:
+    def add_observation(self, ids: list[int], text: str, *, tag: str | None = None, content: str | None = None) -> None:
         """Environment text: attended to, never trained on. With ``tag``, an observation wrapped in that tag
         (documents, results, ...) whose inner text is ``content``; without, a message (invalid action, nudge)."""
         self.ids += ids
@@ -110,8 +118,11 @@ class TokenTrajectory:
         """The model's turns with each observation reduced to its empty wrapper block and messages left out:
         the tag sequence the strict validator checks (call → observation → ...), with nothing the
         environment wrote in it."""
-        return "".join(s.text if s.source == "generated" else f"<{s.tag}></{s.tag}>"
-                       for s in self.segments if s.source != "message")
+        return "".join(
+            s.text if s.source == "generated" else f"<{s.tag}></{s.tag}>"
+            for s in self.segments
+            if s.source != "message"
+        )
 
     def observations(self, tag: str) -> list[str]:
         """The contents of the observations wrapped in ``tag``, in order (e.g. the retrieved documents)."""
@@ -119,11 +130,23 @@ class TokenTrajectory:
 
     @property
     def generated_tokens(self) -> int:
-        return sum(1 for v in self.versions[self.prompt_len:] if v != -1) if self.trained else 0
+        return sum(1 for v in self.versions[self.prompt_len :] if v != -1) if self.trained else 0
 
-    def to_sample(self, reward: float = 0.0, components: dict[str, float] | None = None,
-                  text: str | None = None) -> Sample:
-        return Sample(sample_id=self.sample_id, role=self.role, parent_id=self.parent_id, token_ids=self.ids,
-                      prompt_len=self.prompt_len, loss_mask=self.mask, logprobs=self.logprobs,
-                      versions=self.versions, reward=reward, reward_components=components or {},
-                      num_turns=self.num_turns, finish_reason=self.finish_reason, text=text)
+    def to_sample(
+        self, reward: float = 0.0, components: dict[str, float] | None = None, text: str | None = None
+    ) -> Sample:
+        return Sample(
+            sample_id=self.sample_id,
+            role=self.role,
+            parent_id=self.parent_id,
+            token_ids=self.ids,
+            prompt_len=self.prompt_len,
+            loss_mask=self.mask,
+            logprobs=self.logprobs,
+            versions=self.versions,
+            reward=reward,
+            reward_components=components or {},
+            num_turns=self.num_turns,
+            finish_reason=self.finish_reason,
+            text=text,
+        )

@@ -102,8 +102,7 @@ class TurnOutcome:
     invalid_turns: int = 0
 
 
-def encode_observation(tok: TokenizerLike, obs: Observation,
-                       max_obs_tokens: int) -> tuple[list[int], str, str]:
+def encode_observation(tok: TokenizerLike, obs: Observation, max_obs_tokens: int) -> tuple[list[int], str, str]:
     """``(ids, text, content)``: the wrapped observation's ids and text, and its (possibly truncated) content."""
     content_ids = tok.encode(obs.content)
     content = obs.content
@@ -119,16 +118,18 @@ def append_observation(traj: TokenTrajectory, tok: TokenizerLike, obs: Observati
     traj.add_observation(ids, text, tag=obs.tag, content=content)
 
 
-async def _generate(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, stop: list[str],
-                    max_tokens: int) -> Generation:
+async def _generate(
+    traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, stop: list[str], max_tokens: int
+) -> Generation:
     """One turn sampled on the trajectory's exact ids and appended to it, its text covering its whole ids."""
     gen = whole_tokens(await llm.generate(traj.next_prompt(), stop=stop, max_tokens=max_tokens), tok)
     traj.add_generation(gen)
     return gen
 
 
-async def run_turns(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec,
-                    act: ActFn) -> TurnOutcome:
+async def run_turns(
+    traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec, act: ActFn
+) -> TurnOutcome:
     """Drive one role's episode on ``traj`` until an answer, EOS, the context cap or the turn budget."""
     outcome = TurnOutcome(answer=None)
     budget = spec.budget
@@ -157,8 +158,9 @@ async def run_turns(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, s
     return outcome
 
 
-async def _forced_final(traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec,
-                        outcome: TurnOutcome) -> None:
+async def _forced_final(
+    traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec, outcome: TurnOutcome
+) -> None:
     """One last turn in which only an answer counts; nothing it asks for is executed."""
     append_observation(traj, tok, Observation(spec.final_message), spec.budget)
     room = spec.budget.max_context_tokens - len(traj.ids)

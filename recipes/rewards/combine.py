@@ -61,8 +61,12 @@ def _pca(c: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return rewards, v
 
 
-def combine_rewards(components: Mapping[str, Sequence[float]], scheme: Scheme = "uniform",
-                    weights: Mapping[str, float] | None = None, eps: float = 1e-8) -> Combined:
+def combine_rewards(
+    components: Mapping[str, Sequence[float]],
+    scheme: Scheme = "uniform",
+    weights: Mapping[str, float] | None = None,
+    eps: float = 1e-8,
+) -> Combined:
     """Combine one group's reward components with ``scheme`` (formulas in the module docstring)."""
     names, c = _matrix(components)
     k = len(names)

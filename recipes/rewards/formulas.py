@@ -33,9 +33,17 @@ class ExecutorRun:
     documents: Sequence[str] = ()  # contents of its ``<documents>`` observations, in order
 
 
-def coda_reward(answer: str | None, planner_generated: str, executors: Sequence[ExecutorRun],
-                golds: str | Iterable[str], *, metric: AnswerMetric = "f1", format_weight: float = 0.1,
-                refine_weight: float = 0.1, answer_score: float | None = None) -> RewardResult:
+def coda_reward(
+    answer: str | None,
+    planner_generated: str,
+    executors: Sequence[ExecutorRun],
+    golds: str | Iterable[str],
+    *,
+    metric: AnswerMetric = "f1",
+    format_weight: float = 0.1,
+    refine_weight: float = 0.1,
+    answer_score: float | None = None,
+) -> RewardResult:
     """CoDA: ``R = (6·s − 3) + format_weight·(fmt_planner + mean_e fmt_executor_e) + refine_weight·refine``.
 
     ``s`` is the ``metric`` score of the planner's ``answer`` (0 when ``None``), or ``answer_score`` when
@@ -50,24 +58,37 @@ def coda_reward(answer: str | None, planner_generated: str, executors: Sequence[
     scores = answer_reward(answer, golds).components
     s = scores[metric] if answer_score is None else float(answer_score)
     planner_fmt = role_format_score(planner_generated, "planner")
-    executor_fmt = (sum(role_format_score(e.generated, "executor") for e in executors) / len(executors)
-                    if executors else 0.0)
+    executor_fmt = (
+        sum(role_format_score(e.generated, "executor") for e in executors) / len(executors) if executors else 0.0
+    )
     refine = max((refine_score(e.generated, golds) for e in executors), default=0.0)
     answer_term = affine_answer_reward(s)
     reward = answer_term + format_weight * (planner_fmt + executor_fmt) + refine_weight * refine
     info_rr = max((information_reverse_rank(e.documents, golds) for e in executors), default=0.0)
     components = {
-        "answer": s, "answer_term": answer_term, **scores,
-        "planner_format": planner_fmt, "executor_format": executor_fmt, "refine": refine,
-        "information_reverse_rank": info_rr, "num_executors": float(len(executors)),
+        "answer": s,
+        "answer_term": answer_term,
+        **scores,
+        "planner_format": planner_fmt,
+        "executor_format": executor_fmt,
+        "refine": refine,
+        "information_reverse_rank": info_rr,
+        "num_executors": float(len(executors)),
     }
     return RewardResult(reward=reward, components=components)
 
 
-def search_r1_reward(answer: str | None, golds: str | Iterable[str], *, action_text: str = "",
-                     information: Sequence[str] = (), metric: AnswerMetric = "em",
-                     structure_format_score: float = 0.0, final_format_score: float = 0.0,
-                     retrieval_score: float = 0.0) -> RewardResult:
+def search_r1_reward(
+    answer: str | None,
+    golds: str | Iterable[str],
+    *,
+    action_text: str = "",
+    information: Sequence[str] = (),
+    metric: AnswerMetric = "em",
+    structure_format_score: float = 0.0,
+    final_format_score: float = 0.0,
+    retrieval_score: float = 0.0,
+) -> RewardResult:
     """Search-R1: the ``metric`` score of the ``answer`` (0 when ``None``); with all shaping weights at 0
     (the default) that is all.
 
@@ -93,10 +114,19 @@ def search_r1_reward(answer: str | None, golds: str | Iterable[str], *, action_t
     return RewardResult(reward=reward, components=components)
 
 
-def recursive_reasoner_reward(*, parsed: bool, correct: bool, tokens: int, decomposed: bool,
-                              independence: float, token_budget: int = 1000, correctness_weight: float = 1.0,
-                              token_weight: float = 0.2, independence_weight: float = 0.3,
-                              parse_failure_reward: float = 0.1) -> RewardResult:
+def recursive_reasoner_reward(
+    *,
+    parsed: bool,
+    correct: bool,
+    tokens: int,
+    decomposed: bool,
+    independence: float,
+    token_budget: int = 1000,
+    correctness_weight: float = 1.0,
+    token_weight: float = 0.2,
+    independence_weight: float = 0.3,
+    parse_failure_reward: float = 0.1,
+) -> RewardResult:
     """``R = w_c·correct + w_t·(1 − min(tokens/T, 1)) + w_i·(independence if decomposed else 0.5)``.
 
     A plan that does not parse gets ``parse_failure_reward`` (0.1). ``tokens`` is what the caller charges the
@@ -108,17 +138,28 @@ def recursive_reasoner_reward(*, parsed: bool, correct: bool, tokens: int, decom
     efficiency = token_efficiency(tokens, token_budget)
     indep = independence if decomposed else 0.5
     reward = correctness_weight * float(correct) + token_weight * efficiency + independence_weight * indep
-    components = {"parsed": 1.0, "correct": float(correct), "token_efficiency": efficiency,
-                  "independence": indep, "decomposed": float(decomposed), "tokens": float(tokens)}
+    components = {
+        "parsed": 1.0,
+        "correct": float(correct),
+        "token_efficiency": efficiency,
+        "independence": indep,
+        "decomposed": float(decomposed),
+        "tokens": float(tokens),
+    }
     return RewardResult(reward=reward, components=components)
 
 
 TOOL_AGENT_WEIGHTS: Mapping[str, float] = {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0}
 
 
-def tool_agent_reward(*, retrieved_ids: Sequence[Sequence[str]], gold_doc_ids: Iterable[str],
-                      similarity: float, think_fraction: float,
-                      weights: Mapping[str, float] | None = None) -> RewardResult:
+def tool_agent_reward(
+    *,
+    retrieved_ids: Sequence[Sequence[str]],
+    gold_doc_ids: Iterable[str],
+    similarity: float,
+    think_fraction: float,
+    weights: Mapping[str, float] | None = None,
+) -> RewardResult:
     """Tool agent: ``R = Σ_k w_k · r_k`` over ``mrr`` (best reciprocal rank of a gold doc over the search
     calls), ``answer_similarity`` (``max(0, cos)``, see ``similarity.answer_similarity``) and ``format``
     (the ``</think>`` fraction, see ``efficiency.think_format_fraction``). Default weights are all 1.
@@ -126,8 +167,11 @@ def tool_agent_reward(*, retrieved_ids: Sequence[Sequence[str]], gold_doc_ids: I
     Group-level schemes (uniform, std, PCA, L2) re-combine the components with ``combine.combine_rewards``.
     """
     weights = dict(TOOL_AGENT_WEIGHTS if weights is None else weights)
-    components = {"mrr": mrr(retrieved_ids, gold_doc_ids), "answer_similarity": float(similarity),
-                  "format": float(think_fraction)}
+    components = {
+        "mrr": mrr(retrieved_ids, gold_doc_ids),
+        "answer_similarity": float(similarity),
+        "format": float(think_fraction),
+    }
     unknown = set(weights) - set(components)
     if unknown:
         raise ValueError(f"unknown tool-agent reward weights {sorted(unknown)}; known: {sorted(components)}")

@@ -25,8 +25,7 @@ def refine_score(generated: str, golds: str | Iterable[str]) -> float:
     return cover_exact_match(" ".join(refines), golds) if refines else 0.0
 
 
-def information_reverse_rank(blocks: Sequence[str], golds: str | Iterable[str],
-                             yes_no_value: float = 0.5) -> float:
+def information_reverse_rank(blocks: Sequence[str], golds: str | Iterable[str], yes_no_value: float = 0.5) -> float:
     """``Σ_idx 1/(idx+1) · cover_em(block_idx, golds)`` over the retrieved blocks, in order (idx from 0).
 
     ``blocks`` are the contents of the observations the retriever returned (``observations("documents")``),

@@ -60,9 +60,16 @@ class Server:
         self.name = settings.served_model_name or settings.model
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}
-        self.engine = Engine(self.runner, max_num_seqs=settings.max_num_seqs, logprobs_mode=settings.logprobs_mode,
-                             seed=settings.seed, metrics=metrics, prefix_cache_tokens=settings.prefix_cache_tokens,
-                             max_prefill_batch=settings.max_prefill_batch, pause_wait_s=settings.pause_wait_s)
+        self.engine = Engine(
+            self.runner,
+            max_num_seqs=settings.max_num_seqs,
+            logprobs_mode=settings.logprobs_mode,
+            seed=settings.seed,
+            metrics=metrics,
+            prefix_cache_tokens=settings.prefix_cache_tokens,
+            max_prefill_batch=settings.max_prefill_batch,
+            pause_wait_s=settings.pause_wait_s,
+        )
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
         metrics.running.set_function(lambda: self.engine.num_running)
         metrics.waiting.set_function(lambda: self.engine.num_waiting)
@@ -73,8 +80,9 @@ class Server:
             return None
         if name in self.runner.adapters:
             return name
-        raise ApiError(f"The model `{name}` does not exist. Valid aliases: {self.name}.", 404, "NotFoundError",
-                       param="model")
+        raise ApiError(
+            f"The model `{name}` does not exist. Valid aliases: {self.name}.", 404, "NotFoundError", param="model"
+        )
 
     async def run_op(self, run, ready=None):
         return await asyncio.wrap_future(self.engine.control(run, ready))
@@ -100,9 +108,13 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
     def engine_ready() -> str:  # 503 while paused, failing every step, or dead (shared.health's convention)
         return app.state.server.engine.check_health()
 
-    app, registry = create_app("inference", lifespan=lifespan, health_checks={"engine": engine_ready},
-                               max_body_bytes=settings.max_body_bytes,
-                               description="CPU policy server speaking vLLM's OpenAI-compatible API subset")
+    app, registry = create_app(
+        "inference",
+        lifespan=lifespan,
+        health_checks={"engine": engine_ready},
+        max_body_bytes=settings.max_body_bytes,
+        description="CPU policy server speaking vLLM's OpenAI-compatible API subset",
+    )
     metrics = InferenceMetrics(registry)
     _generation_routes(app)
     _lora_routes(app)
@@ -111,17 +123,26 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
 
 
 def _generation_routes(app: FastAPI) -> None:
-    @app.post("/v1/completions", tags=["vllm"], summary="Sample completions of token-id (or text) prompts",
-              description="While the engine is paused (`POST /pause`) a request waits for `/resume` at most "
-                          "`pause_wait_s` (default 60 s), then gets 503; an internal failure of one request is "
-                          "a 500 for that request only.")
+    @app.post(
+        "/v1/completions",
+        tags=["vllm"],
+        summary="Sample completions of token-id (or text) prompts",
+        description="While the engine is paused (`POST /pause`) a request waits for `/resume` at most "
+        "`pause_wait_s` (default 60 s), then gets 503; an internal failure of one request is "
+        "a 500 for that request only.",
+    )
     async def completions(body: CompletionRequest) -> JSONResponse:
         server: Server = app.state.server
         adapter = server.resolve_model(body.model)
         # Off the event loop: tokenising a long text prompt is CPU work that would stall every other request.
-        request = await asyncio.to_thread(build_request, body, server.runner, adapter,
-                                          max_num_seqs=server.settings.max_num_seqs,
-                                          default_max_tokens=server.settings.max_tokens_default)
+        request = await asyncio.to_thread(
+            build_request,
+            body,
+            server.runner,
+            adapter,
+            max_num_seqs=server.settings.max_num_seqs,
+            default_max_tokens=server.settings.max_tokens_default,
+        )
         try:
             sequences, version = await asyncio.wrap_future(server.engine.submit(request))
         except AdapterNotLoaded as exc:
@@ -141,7 +162,6 @@ def _generation_routes(app: FastAPI) -> None:
         return ModelList(data=cards)
 
 
-
 def _lora_routes(app: FastAPI) -> None:
     @app.post("/v1/load_lora_adapter", tags=["vllm"], summary="Load a PEFT LoRA adapter under a model name")
     async def load_lora(body: LoadLoRAAdapterRequest) -> PlainTextResponse:
@@ -151,11 +171,18 @@ def _lora_routes(app: FastAPI) -> None:
         async with server.lock:
             replace = body.lora_name in server.runner.adapters
             if replace and not body.load_inplace:
-                raise ApiError(f"The lora adapter '{body.lora_name}' has already been loaded. If you want to "
-                               "load the adapter in place, set 'load_inplace' to True.", 400, "InvalidUserInput")
+                raise ApiError(
+                    f"The lora adapter '{body.lora_name}' has already been loaded. If you want to "
+                    "load the adapter in place, set 'load_inplace' to True.",
+                    400,
+                    "InvalidUserInput",
+                )
             if not replace and len(server.runner.adapters) >= server.settings.max_loras:
-                raise ApiError(f"{len(server.runner.adapters)} LoRA adapters are loaded, the most this server "
-                               f"holds (max_loras={server.settings.max_loras}); unload one first", 400)
+                raise ApiError(
+                    f"{len(server.runner.adapters)} LoRA adapters are loaded, the most this server "
+                    f"holds (max_loras={server.settings.max_loras}); unload one first",
+                    400,
+                )
             start = time.perf_counter()
             try:
                 path = resolve_under(server.root, body.lora_path, "lora_path")
@@ -178,8 +205,9 @@ def _lora_routes(app: FastAPI) -> None:
                 raise _api_error(exc) from None
             except Exception as exc:  # peft refusing the checked adapter (wrong base…); load_adapter undid it
                 log.warning("LoRA adapter refused", extra={"path": body.lora_path, "error": repr(exc)})
-                raise ApiError(f"could not load LoRA adapter from {body.lora_path!r}: {type(exc).__name__}: "
-                               f"{exc}", 400) from None
+                raise ApiError(
+                    f"could not load LoRA adapter from {body.lora_path!r}: {type(exc).__name__}: {exc}", 400
+                ) from None
             finally:  # a failed in-place load has already unloaded the old adapter: list what is served
                 for stale in set(server.adapter_paths) - server.runner.adapters:
                     server.adapter_paths.pop(stale)
@@ -196,6 +224,7 @@ def _lora_routes(app: FastAPI) -> None:
         async with server.lock:
             if name not in server.runner.adapters:
                 raise ApiError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
+
             # Requests decoding with it finish first; new ones wait, then get a 404 for the unknown model.
             def unload() -> None:
                 server.engine.prefix.drop_adapter(name)
@@ -207,12 +236,15 @@ def _lora_routes(app: FastAPI) -> None:
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
 
-
 def _weight_routes(app: FastAPI) -> None:
-    @app.post("/pause", tags=["vllm"], summary="vLLM dev-mode pause: finish in-flight requests, admit none",
-              description="Until `/resume`, /health answers 503 (not ready) and a completion waits at most "
-                          "`pause_wait_s` (default 60 s), then gets 503 with a message saying the engine is "
-                          "paused; clients retry 5xx.")
+    @app.post(
+        "/pause",
+        tags=["vllm"],
+        summary="vLLM dev-mode pause: finish in-flight requests, admit none",
+        description="Until `/resume`, /health answers 503 (not ready) and a completion waits at most "
+        "`pause_wait_s` (default 60 s), then gets 503 with a message saying the engine is "
+        "paused; clients retry 5xx.",
+    )
     async def pause(mode: str = Query("abort")) -> JSONResponse:
         server: Server = app.state.server
         if mode != "wait":
@@ -230,9 +262,13 @@ def _weight_routes(app: FastAPI) -> None:
     async def is_paused() -> JSONResponse:
         return JSONResponse({"is_paused": app.state.server.engine.paused})
 
-    @app.post("/reset_prefix_cache", tags=["vllm"], summary="Forget every cached prefix (the KV of past prompts)",
-              description="Requests already decoding keep their own KV; later prompts prefill from scratch until "
-                          "the cache fills again.")
+    @app.post(
+        "/reset_prefix_cache",
+        tags=["vllm"],
+        summary="Forget every cached prefix (the KV of past prompts)",
+        description="Requests already decoding keep their own KV; later prompts prefill from scratch until "
+        "the cache fills again.",
+    )
     async def reset_prefix_cache() -> JSONResponse:
         server: Server = app.state.server
         # On the engine thread, between steps: that thread reads and fills the cache while it decodes.
@@ -247,8 +283,10 @@ def _weight_routes(app: FastAPI) -> None:
         if body.method == INFO_METHOD:  # the same answer as vLLM's worker extension: the version as a string
             return JSONResponse({"results": [{"weight_version": str(server.engine.version)}]})
         if body.method != RELOAD_METHOD:
-            raise ApiError(f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r} "
-                           f"and {INFO_METHOD!r}", 400)
+            raise ApiError(
+                f"method {body.method!r} is not available on this server; only {RELOAD_METHOD!r} and {INFO_METHOD!r}",
+                400,
+            )
         path_arg = body.args[0] if body.args else body.kwargs.get("path") or body.kwargs.get("weight_dir")
         if not path_arg:
             raise ApiError(f"{RELOAD_METHOD} needs the weights directory as args[0] or kwargs['path']", 400)
@@ -283,8 +321,10 @@ async def _reload(server: Server, path_arg: str, version: int | None) -> dict:
     server.metrics.weight_version.set(new_version)
     server.metrics.reloads.labels("full").inc()
     server.metrics.reload_seconds.labels("full").observe(seconds)
-    log.info("weights reloaded", extra={"path": str(path), "version": new_version, "tensors": count,
-                                        "seconds": round(seconds, 3)})
+    log.info(
+        "weights reloaded",
+        extra={"path": str(path), "version": new_version, "tensors": count, "seconds": round(seconds, 3)},
+    )
     # The entry vLLM's worker extension returns (shared/vllm_worker_extension.py): the version as the string it
     # was sent as (collective_rpc passes strings only), then our extra "seconds".
     return {"weight_version": str(new_version), "tensors": count, "path": str(path), "seconds": round(seconds, 4)}

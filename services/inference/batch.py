@@ -41,8 +41,16 @@ class EngineMetrics(Protocol):
 class RunningBatch:
     """Engine-thread state: ``running`` sequences (rows of ``kv``, in order) and their requests."""
 
-    def __init__(self, runner: ModelRunner, *, logprobs_mode: LogprobsMode, seed: int,
-                 metrics: EngineMetrics | None, prefix_cache_tokens: int, max_prefill_batch: int) -> None:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        *,
+        logprobs_mode: LogprobsMode,
+        seed: int,
+        metrics: EngineMetrics | None,
+        prefix_cache_tokens: int,
+        max_prefill_batch: int,
+    ) -> None:
         self.runner, self.logprobs_mode, self.metrics = runner, logprobs_mode, metrics
         self.max_prefill_batch = max_prefill_batch
         self.prefix = PrefixCache(prefix_cache_tokens)
@@ -73,7 +81,7 @@ class RunningBatch:
                 groups.setdefault((tuple(seq.prompt), seq.adapter), []).append(seq)
         keys = list(groups)
         for first in range(0, len(keys), self.max_prefill_batch):
-            self._prefill_chunk(keys[first:first + self.max_prefill_batch], groups)
+            self._prefill_chunk(keys[first : first + self.max_prefill_batch], groups)
         self._reap()
 
     def _prefill_chunk(self, keys: list[tuple], groups: dict[tuple, list[Sequence]]) -> None:
@@ -84,8 +92,10 @@ class RunningBatch:
             outputs = self.runner.prefill_batch(items) if items else []
         except Exception as exc:
             if len(keys) > 1:
-                log.warning("batched prefill failed; prefilling its prompts one by one", extra={
-                            "prompts": len(keys), "error": repr(exc)})
+                log.warning(
+                    "batched prefill failed; prefilling its prompts one by one",
+                    extra={"prompts": len(keys), "error": repr(exc)},
+                )
                 for key in keys:
                     self._prefill_chunk([key], groups)
             else:
@@ -128,8 +138,9 @@ class RunningBatch:
             log.error("decode failed; failing its request", exc_info=error)
             self._fail(rows[0], error)
             return torch.zeros(1, 1)
-        log.warning("batched decode failed; decoding its rows one by one",
-                    extra={"rows": len(rows), "error": repr(error)})
+        log.warning(
+            "batched decode failed; decoding its rows one by one", extra={"rows": len(rows), "error": repr(error)}
+        )
         self.kv.ensure_capacity(self.kv.length + 1)  # before the views, so none of them reallocates
         outputs: list[torch.Tensor | None] = []
         for row, seq in enumerate(rows):
@@ -154,18 +165,25 @@ class RunningBatch:
             return
         try:
             banned = [self._banned(s) for s in seqs]
-            result = sample(logits, [s.params for s in seqs], [s.generator for s in seqs], banned,
-                            self.logprobs_mode, self.generator)
+            result = sample(
+                logits,
+                [s.params for s in seqs],
+                [s.generator for s in seqs],
+                banned,
+                self.logprobs_mode,
+                self.generator,
+            )
         except Exception as exc:
             if len(seqs) == 1:
                 log.exception("sampling failed; failing its request")
                 self._fail(seqs[0], exc)
                 return
-            log.warning("batched sampling failed; sampling its rows one by one",
-                        extra={"rows": len(seqs), "error": repr(exc)})
+            log.warning(
+                "batched sampling failed; sampling its rows one by one", extra={"rows": len(seqs), "error": repr(exc)}
+            )
             for row, seq in enumerate(seqs):
                 if seq.finish is None:  # a sibling's failure may have ended it already
-                    self._advance([seq], logits[row:row + 1])
+                    self._advance([seq], logits[row : row + 1])
             return
         for seq, token, logprob, top in zip(seqs, result.tokens, result.logprobs, result.top, strict=True):
             if seq.finish is not None:
@@ -227,16 +245,19 @@ class RunningBatch:
                 continue
             if all(s.finish is not None for s in request.sequences):
                 if self.metrics:
-                    self.metrics.on_request_done(sum(len(s.prompt) for s in request.sequences),
-                                                 sum(len(s.out_ids) for s in request.sequences))
+                    self.metrics.on_request_done(
+                        sum(len(s.prompt) for s in request.sequences), sum(len(s.out_ids) for s in request.sequences)
+                    )
                 resolve(request.future, (request.sequences, request.version))
                 self.consecutive_failures = 0
 
     def _remember(self, row: int, seq: Sequence) -> None:
         """Put a finished row's KV (prompt + generated ids but the last, which was never fed) in the cache."""
         pad, end = self.kv.pad[row], self.kv.length
-        layers = [(k[row:row + 1, :, pad:end].clone(), v[row:row + 1, :, pad:end].clone())
-                  for k, v in zip(self.kv.keys, self.kv.values, strict=True)]
+        layers = [
+            (k[row : row + 1, :, pad:end].clone(), v[row : row + 1, :, pad:end].clone())
+            for k, v in zip(self.kv.keys, self.kv.values, strict=True)
+        ]
         self.prefix.put(seq.adapter, seq.prompt + seq.out_ids[:-1], layers)
 
     def _fail_batch(self, exc: BaseException) -> list[GenerationRequest]:

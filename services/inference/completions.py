@@ -42,11 +42,14 @@ def _check_text_length(text: str, runner: ModelRunner) -> None:
     more than ``runner.max_token_chars`` characters. Tokenising 10 MB took 16 s and 2.5 GB."""
     limit = runner.max_model_len * runner.max_token_chars
     if len(text) > limit:
-        raise invalid("prompt", f"<{len(text)} characters>",
-                      f"This model's maximum context length is {runner.max_model_len} tokens. However, your "
-                      f"prompt has {len(text)} characters, more than {limit} ({runner.max_token_chars} per token "
-                      "at most in this vocabulary), which exceeds this limit even without any output tokens. "
-                      "Please reduce the length of the input prompt.")
+        raise invalid(
+            "prompt",
+            f"<{len(text)} characters>",
+            f"This model's maximum context length is {runner.max_model_len} tokens. However, your "
+            f"prompt has {len(text)} characters, more than {limit} ({runner.max_token_chars} per token "
+            "at most in this vocabulary), which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.",
+        )
 
 
 def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]:
@@ -65,8 +68,7 @@ def _prompts(request: CompletionRequest, runner: ModelRunner) -> list[list[int]]
             raise RequestError("Either prompt or prompt_embeds must be provided and non-empty.", param="prompt")
         bad = next((t for t in ids if not 0 <= t < runner.vocab_size), None)  # ints already (pydantic)
         if bad is not None:
-            raise RequestError(f"Token id {bad} is out of vocabulary (vocab size {runner.vocab_size}).",
-                               param="prompt")
+            raise RequestError(f"Token id {bad} is out of vocabulary (vocab size {runner.vocab_size}).", param="prompt")
     return prompts
 
 
@@ -88,11 +90,11 @@ def _check_ids(param: str, ids: object, vocab: int) -> None:
     for raw in values:
         token = _token_id(raw)
         if token is None:
-            raise RequestError(f"{param} holds {raw!r}, which is not a token id of this vocabulary "
-                               f"(ids 0..{vocab - 1}).", param=param)
+            raise RequestError(
+                f"{param} holds {raw!r}, which is not a token id of this vocabulary (ids 0..{vocab - 1}).", param=param
+            )
         if not 0 <= token < vocab:
-            raise RequestError(f"Token id {token} in {param} is out of vocabulary (vocab size {vocab}).",
-                               param=param)
+            raise RequestError(f"Token id {token} in {param} is out of vocabulary (vocab size {vocab}).", param=param)
 
 
 # Fields besides ``prompt`` that carry token ids (vLLM's names); checked when present, supported or not.
@@ -128,10 +130,20 @@ def _check_finite(request: CompletionRequest) -> None:
 # vLLM fields this server does not implement, with their neutral values; anything else is refused (400) rather
 # than silently ignored. Unknown fields that do not change sampling are ignored, as vLLM does.
 UNSUPPORTED_NEUTRAL: dict[str, tuple] = {
-    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
-    "logit_bias": (None, {}), "allowed_token_ids": (None, []), "bad_words": (None, []), "best_of": (None, 1),
-    "use_beam_search": (None, False), "prompt_logprobs": (None,), "min_p": (None, 0, 0.0),
-    "logprob_token_ids": (None,), "response_format": (None,), "structured_outputs": (None,), "suffix": (None,),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}),
+    "allowed_token_ids": (None, []),
+    "bad_words": (None, []),
+    "best_of": (None, 1),
+    "use_beam_search": (None, False),
+    "prompt_logprobs": (None,),
+    "min_p": (None, 0, 0.0),
+    "logprob_token_ids": (None,),
+    "response_format": (None,),
+    "structured_outputs": (None,),
+    "suffix": (None,),
 }
 
 
@@ -146,16 +158,20 @@ def _check_sampling(request: CompletionRequest, max_num_seqs: int, num_prompts: 
     if request.n < 1:
         raise RequestError(f"n must be at least 1, got {request.n}.")
     if request.n * num_prompts > max_num_seqs:
-        raise RequestError(f"{request.n * num_prompts} sequences requested; this server decodes at most "
-                           f"{max_num_seqs} at once (max_num_seqs)")
+        raise RequestError(
+            f"{request.n * num_prompts} sequences requested; this server decodes at most "
+            f"{max_num_seqs} at once (max_num_seqs)"
+        )
     if request.temperature is not None and request.temperature < 0:
         raise RequestError(f"temperature must be non-negative, got {request.temperature}.")
     if request.top_p is not None and not 0 < request.top_p <= 1:
         raise RequestError(f"top_p must be in (0, 1], got {request.top_p}.")
     if request.logprobs is not None and not 0 <= request.logprobs <= MAX_LOGPROBS:
-        raise RequestError(f"Requested sample logprobs of {request.logprobs}, which is greater than max allowed: "
-                           f"{MAX_LOGPROBS}" if request.logprobs > 0 else
-                           f"`logprobs` must be between 0 and {MAX_LOGPROBS}, got {request.logprobs}.")
+        raise RequestError(
+            f"Requested sample logprobs of {request.logprobs}, which is greater than max allowed: {MAX_LOGPROBS}"
+            if request.logprobs > 0
+            else f"`logprobs` must be between 0 and {MAX_LOGPROBS}, got {request.logprobs}."
+        )
     if request.min_tokens < 0:
         raise RequestError(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
 
@@ -164,10 +180,13 @@ def _max_tokens(request: CompletionRequest, prompt_len: int, max_model_len: int,
     """vLLM's rule (0.2x): a prompt longer than the context is refused; ``max_tokens`` is capped at the room the
     context leaves (the sequence then ends with ``finish_reason="length"``), and must come out at least 1."""
     if prompt_len > max_model_len:
-        raise invalid("input_tokens", prompt_len,
-                      f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
-                      f"{prompt_len} input tokens, which exceeds this limit even without any output tokens. "
-                      "Please reduce the length of the input prompt.")
+        raise invalid(
+            "input_tokens",
+            prompt_len,
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{prompt_len} input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.",
+        )
     max_tokens = request.max_tokens if request.max_tokens is not None else default
     max_tokens = min(max_tokens, max_model_len - prompt_len)
     if max_tokens < 1:
@@ -175,8 +194,9 @@ def _max_tokens(request: CompletionRequest, prompt_len: int, max_model_len: int,
     return max_tokens
 
 
-def build_request(request: CompletionRequest, runner: ModelRunner, adapter: str | None, *, max_num_seqs: int,
-                  default_max_tokens: int) -> GenerationRequest:
+def build_request(
+    request: CompletionRequest, runner: ModelRunner, adapter: str | None, *, max_num_seqs: int, default_max_tokens: int
+) -> GenerationRequest:
     """Validated engine request: ``n`` sequences per prompt, prompt-major (vLLM's choice order).
 
     Cheap checks first, tokenising text last; the route runs this off the event loop (tokenising is CPU work).
@@ -192,14 +212,19 @@ def build_request(request: CompletionRequest, runner: ModelRunner, adapter: str 
         params = SamplingParams(
             max_tokens=_max_tokens(request, len(ids), runner.max_model_len, default_max_tokens),
             temperature=1.0 if request.temperature is None else request.temperature,
-            top_p=1.0 if request.top_p is None else request.top_p, top_k=request.top_k or 0,
-            min_tokens=request.min_tokens, seed=request.seed, stop=stop,
-            stop_token_ids=frozenset(request.stop_token_ids or ()), ignore_eos=request.ignore_eos,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=request.top_k or 0,
+            min_tokens=request.min_tokens,
+            seed=request.seed,
+            stop=stop,
+            stop_token_ids=frozenset(request.stop_token_ids or ()),
+            ignore_eos=request.ignore_eos,
             include_stop_str_in_output=request.include_stop_str_in_output,
-            skip_special_tokens=request.skip_special_tokens, logprobs=request.logprobs)
+            skip_special_tokens=request.skip_special_tokens,
+            logprobs=request.logprobs,
+        )
         for _ in range(request.n):
-            sequences.append(Sequence(prompt=ids, params=params, adapter=adapter,
-                                      generator=generators[len(sequences)]))
+            sequences.append(Sequence(prompt=ids, params=params, adapter=adapter, generator=generators[len(sequences)]))
     return GenerationRequest(sequences)
 
 
@@ -221,12 +246,14 @@ def _logprobs_block(seq: Sequence, runner: ModelRunner, as_id: bool, k: int) -> 
                 break
             entry.setdefault(_token_str(runner, other, as_id), value)
         top_dicts.append(entry)
-    return CompletionLogProbs(text_offset=offsets, token_logprobs=list(seq.out_logprobs), tokens=tokens,
-                              top_logprobs=top_dicts)
+    return CompletionLogProbs(
+        text_offset=offsets, token_logprobs=list(seq.out_logprobs), tokens=tokens, top_logprobs=top_dicts
+    )
 
 
-def build_response(request: CompletionRequest, model_name: str, sequences: list[Sequence], version: int,
-                   runner: ModelRunner) -> CompletionResponse:
+def build_response(
+    request: CompletionRequest, model_name: str, sequences: list[Sequence], version: int, runner: ModelRunner
+) -> CompletionResponse:
     choices = []
     prompt_tokens, seen_prompts = 0, 0
     for index, seq in enumerate(sequences):
@@ -237,12 +264,19 @@ def build_response(request: CompletionRequest, model_name: str, sequences: list[
         if request.logprobs is not None:
             logprobs = _logprobs_block(seq, runner, bool(request.return_tokens_as_token_ids), request.logprobs)
         finish = seq.finish
-        choices.append(CompletionChoice(
-            index=index, text=seq.text, logprobs=logprobs, finish_reason=finish.reason if finish else None,
-            stop_reason=finish.stop_reason if finish else None,
-            token_ids=list(seq.out_ids) if request.return_token_ids else None,
-            prompt_token_ids=list(seq.prompt) if request.return_token_ids else None))
+        choices.append(
+            CompletionChoice(
+                index=index,
+                text=seq.text,
+                logprobs=logprobs,
+                finish_reason=finish.reason if finish else None,
+                stop_reason=finish.stop_reason if finish else None,
+                token_ids=list(seq.out_ids) if request.return_token_ids else None,
+                prompt_token_ids=list(seq.prompt) if request.return_token_ids else None,
+            )
+        )
     completion_tokens = sum(len(s.out_ids) for s in sequences)
-    usage = UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                      total_tokens=prompt_tokens + completion_tokens)
+    usage = UsageInfo(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
     return CompletionResponse(model=model_name, choices=choices, usage=usage, weight_version=version)

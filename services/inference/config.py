@@ -29,16 +29,29 @@ class InferenceSettings(ServiceSettings):
     max_prefill_batch: int = Field(16, ge=1, description="New prompts run together in one prefill pass")
     max_tokens_default: int = Field(16, ge=1, description="max_tokens when a request sends none (vLLM: 16)")
     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
-        "raw_logprobs", description="Logprobs of the raw model (vLLM default) or of the sampled distribution")
+        "raw_logprobs", description="Logprobs of the raw model (vLLM default) or of the sampled distribution"
+    )
     max_loras: int = Field(4, ge=1, description="LoRA adapters resident at once (load beyond this → 400)")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
     weights_root: str = Field("runs", description="Adapter and reload paths must lie under this directory")
-    prefix_cache_tokens: int = Field(32768, ge=0, description="Tokens of finished/prefilled sequences whose KV "
-                                     "is kept for reuse by prompts that extend them (multi-turn); 0 = off")
-    threads: int = Field(1, ge=0, description="torch CPU threads; 1 is fastest for tiny models and on shared "
-                                              "machines (more threads spin against each other); 0 = torch's default")
-    pause_wait_s: float = Field(60.0, ge=0, description="How long a completion arriving while /pause holds "
-                                "admission waits for /resume before a 503 (a weight sync takes seconds)")
+    prefix_cache_tokens: int = Field(
+        32768,
+        ge=0,
+        description="Tokens of finished/prefilled sequences whose KV "
+        "is kept for reuse by prompts that extend them (multi-turn); 0 = off",
+    )
+    threads: int = Field(
+        1,
+        ge=0,
+        description="torch CPU threads; 1 is fastest for tiny models and on shared "
+        "machines (more threads spin against each other); 0 = torch's default",
+    )
+    pause_wait_s: float = Field(
+        60.0,
+        ge=0,
+        description="How long a completion arriving while /pause holds "
+        "admission waits for /resume before a 503 (a weight sync takes seconds)",
+    )
     seed: int = Field(0, description="Seed of the sampler for requests without their own seed")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (else 413)")
     log_format: Literal["kv", "json"] = Field("kv", description="Log line format")

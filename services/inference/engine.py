@@ -56,11 +56,26 @@ class _Op:
 class Engine(RunningBatch):
     """A ``RunningBatch`` plus the thread that runs it: the waiting queue, control ops, pause, health."""
 
-    def __init__(self, runner: ModelRunner, *, max_num_seqs: int = 128, logprobs_mode: LogprobsMode =
-                 "raw_logprobs", seed: int = 0, metrics: EngineMetrics | None = None,
-                 prefix_cache_tokens: int = 0, max_prefill_batch: int = 16, pause_wait_s: float = 60.0) -> None:
-        super().__init__(runner, logprobs_mode=logprobs_mode, seed=seed, metrics=metrics,
-                         prefix_cache_tokens=prefix_cache_tokens, max_prefill_batch=max_prefill_batch)
+    def __init__(
+        self,
+        runner: ModelRunner,
+        *,
+        max_num_seqs: int = 128,
+        logprobs_mode: LogprobsMode = "raw_logprobs",
+        seed: int = 0,
+        metrics: EngineMetrics | None = None,
+        prefix_cache_tokens: int = 0,
+        max_prefill_batch: int = 16,
+        pause_wait_s: float = 60.0,
+    ) -> None:
+        super().__init__(
+            runner,
+            logprobs_mode=logprobs_mode,
+            seed=seed,
+            metrics=metrics,
+            prefix_cache_tokens=prefix_cache_tokens,
+            max_prefill_batch=max_prefill_batch,
+        )
         self.max_num_seqs, self.pause_wait_s = max_num_seqs, pause_wait_s
         self.version = 0
         self.waiting: deque[GenerationRequest] = deque()
@@ -116,11 +131,15 @@ class Engine(RunningBatch):
         if self.fatal is not None or not self._thread.is_alive():
             raise RuntimeError(f"engine thread is not running{self._why()}")
         if self.consecutive_failures >= FAILING_AFTER:
-            raise RuntimeError(f"engine failing: every request of the last {self.consecutive_failures} steps "
-                               f"failed, last with {type(self.last_error).__name__}: {self.last_error}")
+            raise RuntimeError(
+                f"engine failing: every request of the last {self.consecutive_failures} steps "
+                f"failed, last with {type(self.last_error).__name__}: {self.last_error}"
+            )
         if self.paused:
-            raise RuntimeError(f"paused by /pause {time.monotonic() - self.paused_at:.0f}s ago: no request is "
-                               f"admitted until /resume ({self.num_waiting} waiting)")
+            raise RuntimeError(
+                f"paused by /pause {time.monotonic() - self.paused_at:.0f}s ago: no request is "
+                f"admitted until /resume ({self.num_waiting} waiting)"
+            )
         return f"running={self.num_running} waiting={self.num_waiting}"
 
     @property
@@ -185,9 +204,13 @@ class Engine(RunningBatch):
             if waited < self.pause_wait_s:
                 kept.append(request)
             else:
-                resolve(request.future, error=EnginePaused(
-                    f"the engine is paused (POST /pause, e.g. for a weight update) and was not resumed within "
-                    f"{self.pause_wait_s:g}s; retry later"))
+                resolve(
+                    request.future,
+                    error=EnginePaused(
+                        f"the engine is paused (POST /pause, e.g. for a weight update) and was not resumed within "
+                        f"{self.pause_wait_s:g}s; retry later"
+                    ),
+                )
         self.waiting = kept
 
     def _run_ops(self) -> bool:
@@ -224,8 +247,9 @@ class Engine(RunningBatch):
             if request.future.cancelled():
                 continue
             if missing:
-                resolve(request.future, error=AdapterNotLoaded(
-                    f"The lora adapter '{sorted(missing)[0]}' cannot be found."))
+                resolve(
+                    request.future, error=AdapterNotLoaded(f"The lora adapter '{sorted(missing)[0]}' cannot be found.")
+                )
                 continue
             request.version = self.version
             admitted.append(request)

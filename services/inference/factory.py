@@ -24,8 +24,10 @@ PAD, EOS, IM_START = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
 # Qwen2's pre-tokenizer split. transformers ≥ 5 loads any qwen2-config folder with Qwen2Tokenizer, which
 # installs this split and NFC itself; training with the same pieces keeps the saved tokenizer identical
 # to the loaded one (otherwise the served tokenization would differ from the trained one).
-QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
-               r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 # A ChatML-style template (the layout Qwen2 uses), so chat-formatted prompts work with vLLM and with us.
 CHAT_TEMPLATE = (
@@ -94,18 +96,26 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096, extra_tokens: 
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     specials = [PAD, IM_START, EOS]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
     added = list(dict.fromkeys([*all_tag_tokens(), *extra_tokens]))
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS,
-                                   additional_special_tokens=[IM_START])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, additional_special_tokens=[IM_START]
+    )
     fast.padding_side = "left"
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -116,15 +126,30 @@ def model_config(tokenizer, size: Size, max_len: int = 2048):
 
     shape = SHAPES[size]
     return Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=max_len, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True,
-        torch_dtype="float32")
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=max_len,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
 
 
-def build_tiny_model(out_dir: str | Path, texts: Iterable[str], size: Size = "tiny", seed: int = 0,
-                     vocab_size: int = 4096, max_len: int = 2048, extra_tokens: Iterable[str] = ()) -> Path:
+def build_tiny_model(
+    out_dir: str | Path,
+    texts: Iterable[str],
+    size: Size = "tiny",
+    seed: int = 0,
+    vocab_size: int = 4096,
+    max_len: int = 2048,
+    extra_tokens: Iterable[str] = (),
+) -> Path:
     """Train the tokenizer on ``texts``, build a random-init Qwen2 of ``size``, save both to ``out_dir``."""
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
@@ -135,8 +160,7 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], size: Size = "ti
     config = model_config(tokenizer, size, max_len)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).float().eval()
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out

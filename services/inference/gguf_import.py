@@ -33,8 +33,10 @@ log = get_logger(__name__)
 MARKER = "gguf_import.json"  # provenance of the folder; written last, so only a finished import has it
 # Decoder-only architectures transformers can dequantise (it also reads t5/umt5, which are not causal LMs).
 NOT_CAUSAL = {"t5", "t5encoder", "umt5"}
-PROBE = ("<|im_start|>user\nWho wrote Hamlet, and in which year (1599-1601)? Zürich's café: naïve 日本語.\n"
-         "<|im_end|>\n<|im_start|>assistant\n")
+PROBE = (
+    "<|im_start|>user\nWho wrote Hamlet, and in which year (1599-1601)? Zürich's café: naïve 日本語.\n"
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
 LOGITS_ATOL = 1e-4
 
 
@@ -96,17 +98,25 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     def field(key: str):
         return reader.fields[key].contents() if key in reader.fields else None
 
-    info = GGUFInfo(path=path, architecture=str(field("general.architecture")), name=str(field("general.name")),
-                    tokenizer_model=field("tokenizer.ggml.model"),
-                    tensor_types=dict(Counter(t.tensor_type.name for t in reader.tensors)))
+    info = GGUFInfo(
+        path=path,
+        architecture=str(field("general.architecture")),
+        name=str(field("general.name")),
+        tokenizer_model=field("tokenizer.ggml.model"),
+        tensor_types=dict(Counter(t.tensor_type.name for t in reader.tensors)),
+    )
     supported = _supported_architectures()
     if info.architecture not in supported:
-        raise GGUFImportError(f"{path.name}: architecture {info.architecture!r} is not supported "
-                              f"(transformers reads: {', '.join(sorted(supported))})")
+        raise GGUFImportError(
+            f"{path.name}: architecture {info.architecture!r} is not supported "
+            f"(transformers reads: {', '.join(sorted(supported))})"
+        )
     unreadable = sorted({t.tensor_type.name for t in reader.tensors if not _dequantisable(t.tensor_type)})
     if unreadable:
-        raise GGUFImportError(f"{path.name}: quantisation {', '.join(unreadable)} cannot be dequantised "
-                              f"by the gguf package (supported: {', '.join(_dequantisable_names())})")
+        raise GGUFImportError(
+            f"{path.name}: quantisation {', '.join(unreadable)} cannot be dequantised "
+            f"by the gguf package (supported: {', '.join(_dequantisable_names())})"
+        )
     if info.tokenizer_model is None:
         raise GGUFImportError(f"{path.name}: no tokenizer in the file's metadata (tokenizer.ggml.model)")
     return info
@@ -169,15 +179,28 @@ def import_gguf(gguf_path: str | Path, out: str | Path, force: bool = False) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         params = _convert(info.path, tmp)
-        marker = {"source": info.path.name, "sha256": source_sha, "architecture": info.architecture,
-                  "name": info.name, "tensor_types": info.tensor_types, "parameters": params}
+        marker = {
+            "source": info.path.name,
+            "sha256": source_sha,
+            "architecture": info.architecture,
+            "name": info.name,
+            "tensor_types": info.tensor_types,
+            "parameters": params,
+        }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         _umask_permissions(tmp)
         _replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("GGUF imported", extra={"out": str(out), "parameters": params, "mib": round(folder_mib(out)),
-                                     "seconds": round(time.monotonic() - started, 1)})
+    log.info(
+        "GGUF imported",
+        extra={
+            "out": str(out),
+            "parameters": params,
+            "mib": round(folder_mib(out)),
+            "seconds": round(time.monotonic() - started, 1),
+        },
+    )
     return out
 
 
@@ -197,8 +220,9 @@ def _check_reusable(out: Path, source_sha: str) -> None:
         raise GGUFImportError(f"{out} exists and is not a GGUF import (no {MARKER}); remove it or pass --force")
     recorded = json.loads(marker.read_text())
     if recorded.get("sha256") != source_sha:
-        raise GGUFImportError(f"{out} holds an import of another file ({recorded.get('source')}); "
-                              "choose another --out or pass --force")
+        raise GGUFImportError(
+            f"{out} holds an import of another file ({recorded.get('source')}); choose another --out or pass --force"
+        )
 
 
 def _replace(tmp: Path, out: Path) -> None:
@@ -225,13 +249,13 @@ def _convert(gguf_path: Path, tmp: Path) -> int:
     started = time.monotonic()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
-                                                         dtype=torch.float32).eval()
+        quantised = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+        ).eval()
     except (ValueError, NotImplementedError, KeyError) as exc:  # what transformers raises for what it can't read
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise GGUFImportError(f"transformers cannot load {gguf_path.name}: {type(exc).__name__}: {first_line}") from exc
-    log.info("dequantised", extra={"seconds": round(time.monotonic() - started, 1),
-                                   "class": type(quantised).__name__})
+    log.info("dequantised", extra={"seconds": round(time.monotonic() - started, 1), "class": type(quantised).__name__})
     probe = tokenizer(PROBE, add_special_tokens=True)["input_ids"]
     with torch.inference_mode():
         reference = quantised(torch.tensor([probe])).logits.float()
@@ -253,7 +277,8 @@ def _plain_copy(quantised):
     import torch
 
     config = quantised.config.__class__.from_dict(
-        {k: v for k, v in quantised.config.to_dict().items() if k != "quantization_config"})
+        {k: v for k, v in quantised.config.to_dict().items() if k != "quantization_config"}
+    )
     config.dtype = torch.float32
     with torch.device("meta"):
         model = type(quantised)(config)
@@ -271,17 +296,22 @@ def _verify(folder: Path, probe: list[int], reference) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     ids = tokenizer(PROBE, add_special_tokens=True)["input_ids"]
     if ids != probe:
-        raise GGUFImportError(f"the saved tokenizer ({type(tokenizer).__name__}) tokenizes differently from "
-                              "the GGUF's; not writing the folder")
+        raise GGUFImportError(
+            f"the saved tokenizer ({type(tokenizer).__name__}) tokenizes differently from "
+            "the GGUF's; not writing the folder"
+        )
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.inference_mode():
         logits = model(torch.tensor([probe])).logits.float()
     diff = float((logits - reference).abs().max())
     if not diff <= LOGITS_ATOL:
-        raise GGUFImportError(f"the saved model's logits differ from the GGUF model's by {diff:.2e}; "
-                              "not writing the folder")
-    log.info("checked: the folder reproduces the GGUF model", extra={"probe_tokens": len(probe),
-                                                                    "max_logit_diff": f"{diff:.1e}"})
+        raise GGUFImportError(
+            f"the saved model's logits differ from the GGUF model's by {diff:.2e}; not writing the folder"
+        )
+    log.info(
+        "checked: the folder reproduces the GGUF model",
+        extra={"probe_tokens": len(probe), "max_logit_diff": f"{diff:.1e}"},
+    )
 
 
 def resolve_source(gguf: str | None, package: str | None) -> Path:

@@ -62,8 +62,8 @@ class KVBatch:
         for i, (k, v) in enumerate(layers):
             fresh_k = k.new_zeros(added, k.shape[1], capacity, k.shape[3])
             fresh_v = v.new_zeros(added, v.shape[1], capacity, v.shape[3])
-            fresh_k[:, :, target - new_len:target] = k
-            fresh_v[:, :, target - new_len:target] = v
+            fresh_k[:, :, target - new_len : target] = k
+            fresh_v[:, :, target - new_len : target] = v
             if self.rows:
                 old_k, old_v = _resize(self.keys[i], capacity, target), _resize(self.values[i], capacity, target)
                 fresh_k, fresh_v = torch.cat([old_k, fresh_k]), torch.cat([old_v, fresh_v])
@@ -93,7 +93,7 @@ class KVBatch:
         self.ensure_capacity(self.length + by + 1)
         for tensors in (self.keys, self.values):
             for t in tensors:
-                t[:, :, by:self.length + by] = t[:, :, :self.length].clone()
+                t[:, :, by : self.length + by] = t[:, :, : self.length].clone()
                 t[:, :, :by] = 0
         self.pad = [p + by for p in self.pad]
         self.length += by
@@ -103,8 +103,8 @@ class KVBatch:
         here (in place), so the engine can run a failed batch's rows one by one. Call ``ensure_capacity`` on
         this batch first: a view that had to grow would write into a copy."""
         view = KVBatch(self.num_layers)
-        view.keys = [t[index:index + 1] for t in self.keys]
-        view.values = [t[index:index + 1] for t in self.values]
+        view.keys = [t[index : index + 1] for t in self.keys]
+        view.values = [t[index : index + 1] for t in self.values]
         view.pad, view.length = [self.pad[index]], self.length
         return view
 
@@ -133,9 +133,9 @@ class _SlotLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         start, q = self.batch.length, key_states.shape[-2]
         keys, values = self.batch.keys[self.index], self.batch.values[self.index]
-        keys[:, :, start:start + q] = key_states
-        values[:, :, start:start + q] = value_states
-        return keys[:, :, :start + q], values[:, :, :start + q]
+        keys[:, :, start : start + q] = key_states
+        values[:, :, start : start + q] = value_states
+        return keys[:, :, : start + q], values[:, :, : start + q]
 
     def get_seq_length(self) -> int:
         return self.batch.length

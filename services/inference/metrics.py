@@ -11,32 +11,43 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 class InferenceMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter("coda_inference_requests_total", "Completion requests finished",
-                                registry=registry)
-        self.prompt_tokens = Counter("coda_inference_prompt_tokens_total", "Prompt tokens processed",
-                                     registry=registry)
-        self.generation_tokens = Counter("coda_inference_generation_tokens_total", "Tokens generated",
-                                         registry=registry)
-        self.batch_size = Histogram("coda_inference_batch_size", "Sequences per decoding step",
-                                    buckets=BATCH_BUCKETS, registry=registry)
-        self.step_seconds = Histogram("coda_inference_step_seconds", "Duration of one decoding step",
-                                      buckets=LATENCY_BUCKETS, registry=registry)
-        self.tokens_per_second = Gauge("coda_inference_tokens_per_second",
-                                       "Decode throughput, exponential moving average over steps",
-                                       registry=registry)
+        self.requests = Counter("coda_inference_requests_total", "Completion requests finished", registry=registry)
+        self.prompt_tokens = Counter("coda_inference_prompt_tokens_total", "Prompt tokens processed", registry=registry)
+        self.generation_tokens = Counter(
+            "coda_inference_generation_tokens_total", "Tokens generated", registry=registry
+        )
+        self.batch_size = Histogram(
+            "coda_inference_batch_size", "Sequences per decoding step", buckets=BATCH_BUCKETS, registry=registry
+        )
+        self.step_seconds = Histogram(
+            "coda_inference_step_seconds", "Duration of one decoding step", buckets=LATENCY_BUCKETS, registry=registry
+        )
+        self.tokens_per_second = Gauge(
+            "coda_inference_tokens_per_second",
+            "Decode throughput, exponential moving average over steps",
+            registry=registry,
+        )
         self.running = Gauge("coda_inference_running_sequences", "Sequences being decoded", registry=registry)
-        self.waiting = Gauge("coda_inference_waiting_requests", "Requests waiting for admission",
-                             registry=registry)
+        self.waiting = Gauge("coda_inference_waiting_requests", "Requests waiting for admission", registry=registry)
         self.adapters = Gauge("coda_inference_loaded_adapters", "LoRA adapters resident", registry=registry)
-        self.weight_version = Gauge("coda_inference_weight_version", "Version of the base weights served",
-                                    registry=registry)
-        self.reloads = Counter("coda_inference_weight_updates_total", "Weight updates applied", ["kind"],
-                               registry=registry)
-        self.reload_seconds = Histogram("coda_inference_weight_update_seconds",
-                                        "Time from update request to new weights live", ["kind"],
-                                        buckets=LATENCY_BUCKETS, registry=registry)
-        self.prefix_hit_tokens = Counter("coda_inference_prefix_cache_hit_tokens_total",
-                                         "Prompt tokens whose KV came from the prefix cache", registry=registry)
+        self.weight_version = Gauge(
+            "coda_inference_weight_version", "Version of the base weights served", registry=registry
+        )
+        self.reloads = Counter(
+            "coda_inference_weight_updates_total", "Weight updates applied", ["kind"], registry=registry
+        )
+        self.reload_seconds = Histogram(
+            "coda_inference_weight_update_seconds",
+            "Time from update request to new weights live",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.prefix_hit_tokens = Counter(
+            "coda_inference_prefix_cache_hit_tokens_total",
+            "Prompt tokens whose KV came from the prefix cache",
+            registry=registry,
+        )
         self._tps = 0.0
 
     # EngineMetrics protocol (called from the engine thread)

@@ -41,8 +41,15 @@ class ModelRunner:
         # "▁" per space), so text longer than max_model_len × this cannot fit and is refused without tokenising
         # it (a normaliser that deletes characters could make this refuse a prompt that would have fit).
         self.max_token_chars = max(1, max(len(token) for token in self.tokenizer.get_vocab()))
-        log.info("model loaded", extra={"dir": str(self.model_dir), "params": self.num_parameters(),
-                                        "max_model_len": self.max_model_len, "eos": sorted(self.eos_ids)})
+        log.info(
+            "model loaded",
+            extra={
+                "dir": str(self.model_dir),
+                "params": self.num_parameters(),
+                "max_model_len": self.max_model_len,
+                "eos": sorted(self.eos_ids),
+            },
+        )
 
     def _eos_ids(self) -> frozenset[int]:
         ids: set[int] = set()
@@ -86,18 +93,26 @@ class ModelRunner:
         mask = torch.zeros(len(items), past + new, dtype=torch.long)
         positions = torch.zeros(len(items), new, dtype=torch.long)
         for row, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
-            ids[row, :len(suffix)] = torch.tensor(suffix)
-            mask[row, past - start:past + len(suffix)] = 1
+            ids[row, : len(suffix)] = torch.tensor(suffix)
+            mask[row, past - start : past + len(suffix)] = 1
             positions[row] = torch.arange(start, start + new)
         cache = DynamicCache(ddp_cache_data=self._padded_past(items, past)) if past else DynamicCache()
         lasts = sorted({len(suffix) - 1 for suffix in suffixes})
-        logits = self._forward([adapter for _, adapter, _ in items], keep=torch.tensor(lasts), input_ids=ids,
-                               attention_mask=mask, position_ids=positions, past_key_values=cache)
+        logits = self._forward(
+            [adapter for _, adapter, _ in items],
+            keep=torch.tensor(lasts),
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+        )
         results = []
         for row, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
             keep = torch.cat([torch.arange(past - start, past), torch.arange(past, past + len(suffix))])
-            layers = [(layer.keys[row:row + 1].index_select(2, keep), layer.values[row:row + 1].index_select(2, keep))
-                      for layer in cache.layers]
+            layers = [
+                (layer.keys[row : row + 1].index_select(2, keep), layer.values[row : row + 1].index_select(2, keep))
+                for layer in cache.layers
+            ]
             results.append((logits[row, lasts.index(len(suffix) - 1)], layers))
         return results
 
@@ -110,8 +125,8 @@ class ModelRunner:
             values = v0.new_zeros(len(items), v0.shape[1], past, v0.shape[3])
             for row, (_, _, hit) in enumerate(items):
                 if hit:
-                    keys[row, :, past - hit.length:] = hit.layers[index][0][0]
-                    values[row, :, past - hit.length:] = hit.layers[index][1][0]
+                    keys[row, :, past - hit.length :] = hit.layers[index][0][0]
+                    values[row, :, past - hit.length :] = hit.layers[index][1][0]
             layers.append((keys, values))
         return layers
 
@@ -124,8 +139,9 @@ class ModelRunner:
         start = cached.length if cached else 0
         cache = DynamicCache(ddp_cache_data=cached.layers) if cached else DynamicCache()
         positions = torch.arange(start, len(prompt)).unsqueeze(0)
-        logits = self._forward([adapter], input_ids=torch.tensor([prompt[start:]]), position_ids=positions,
-                               past_key_values=cache)
+        logits = self._forward(
+            [adapter], input_ids=torch.tensor([prompt[start:]]), position_ids=positions, past_key_values=cache
+        )
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         return logits[0], layers
 
@@ -134,9 +150,13 @@ class ModelRunner:
         """Logits ``[rows, vocab]`` for each row's newest token; appends that token's column to ``kv``."""
         kv.ensure_capacity(kv.length + 1)
         positions = torch.tensor(kv.real_lengths()).unsqueeze(1)
-        logits = self._forward(adapters, input_ids=torch.tensor(tokens).unsqueeze(1),
-                               attention_mask=kv.attention_mask(1), position_ids=positions,
-                               past_key_values=kv.as_cache())
+        logits = self._forward(
+            adapters,
+            input_ids=torch.tensor(tokens).unsqueeze(1),
+            attention_mask=kv.attention_mask(1),
+            position_ids=positions,
+            past_key_values=kv.as_cache(),
+        )
         kv.length += 1
         return logits
 

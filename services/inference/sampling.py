@@ -75,8 +75,9 @@ def process_logits(logits: torch.Tensor, params: list[SamplingParams], banned: l
     return out
 
 
-def _gumbel(shape: torch.Size, generators: list[torch.Generator | None],
-            default_generator: torch.Generator | None) -> torch.Tensor:
+def _gumbel(
+    shape: torch.Size, generators: list[torch.Generator | None], default_generator: torch.Generator | None
+) -> torch.Tensor:
     """Gumbel noise: argmax(logits + noise) is a sample of softmax(logits) (one batched draw, no multinomial).
 
     Rows with their own generator (seeded requests) draw from it, so their samples do not depend on what else
@@ -93,9 +94,14 @@ def _gumbel(shape: torch.Size, generators: list[torch.Generator | None],
     return -torch.log(-torch.log(uniform.clamp_(min=1e-20, max=1.0 - 1e-7)))
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
-           banned: list[list[int]], mode: LogprobsMode = "raw_logprobs",
-           default_generator: torch.Generator | None = None) -> StepResult:
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+    banned: list[list[int]],
+    mode: LogprobsMode = "raw_logprobs",
+    default_generator: torch.Generator | None = None,
+) -> StepResult:
     """One token per row of ``logits`` ``[rows, vocab]`` (float32), with its logprob."""
     logits = logits.float()
     processed = process_logits(logits, params, banned)

@@ -78,8 +78,14 @@ def banned_ids(seq: Sequence, eos_ids: frozenset[int]) -> list[int]:
 def next_finish(seq: Sequence, token: int, runner: ModelRunner) -> Finish | None:
     """Whether ``token`` (just appended) ends ``seq``: stop id/EOS, stop string, max_tokens or a full context."""
     p, n = seq.params, len(seq.out_ids)
-    finish = check_token(token, n, eos_ids=runner.eos_ids, stop_token_ids=p.stop_token_ids,
-                         ignore_eos=p.ignore_eos, min_tokens=p.min_tokens)
+    finish = check_token(
+        token,
+        n,
+        eos_ids=runner.eos_ids,
+        stop_token_ids=p.stop_token_ids,
+        ignore_eos=p.ignore_eos,
+        min_tokens=p.min_tokens,
+    )
     if finish is None and p.stop:
         text = runner.decode_text(seq.out_ids, p.skip_special_tokens)
         finish = check_text(text, seq.checked_text_len, p.stop, p.include_stop_str_in_output, n, p.min_tokens)
@@ -96,5 +102,5 @@ def final_text(seq: Sequence, runner: ModelRunner) -> str:
         ids = ids[:-1]  # a stop token id is reported in stop_reason, not in the text
     text = runner.decode_text(ids, p.skip_special_tokens)
     if finish is not None and finish.text_end is not None:
-        text = text[:finish.text_end]
+        text = text[: finish.text_end]
     return text

@@ -36,8 +36,15 @@ def find_stop_string(text: str, stops: tuple[str, ...], new_from: int) -> tuple[
     return best
 
 
-def check_token(token: int, num_generated: int, *, eos_ids: frozenset[int], stop_token_ids: frozenset[int],
-                ignore_eos: bool, min_tokens: int) -> Finish | None:
+def check_token(
+    token: int,
+    num_generated: int,
+    *,
+    eos_ids: frozenset[int],
+    stop_token_ids: frozenset[int],
+    ignore_eos: bool,
+    min_tokens: int,
+) -> Finish | None:
     """A finish caused by the newest token id alone (EOS or a stop token)."""
     if num_generated < min_tokens:
         return None
@@ -48,8 +55,9 @@ def check_token(token: int, num_generated: int, *, eos_ids: frozenset[int], stop
     return None
 
 
-def check_text(text: str, new_from: int, stops: tuple[str, ...], include_stop: bool, num_generated: int,
-               min_tokens: int) -> Finish | None:
+def check_text(
+    text: str, new_from: int, stops: tuple[str, ...], include_stop: bool, num_generated: int, min_tokens: int
+) -> Finish | None:
     """A finish caused by a stop string in the decoded text."""
     if not stops or num_generated < min_tokens:
         return None

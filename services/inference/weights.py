@@ -142,8 +142,9 @@ def _check_adapter_weights(directory: Path, rank: int | None, max_rank: int) -> 
         if "lora_A" in name and tensor.dim() == 2:
             found = tensor.shape[0]
             if found > max_rank or (rank is not None and found != rank):
-                raise WeightsError(f"tensor {name} has rank {found}; adapter_config.json says r={rank} "
-                                   f"(max_lora_rank={max_rank})")
+                raise WeightsError(
+                    f"tensor {name} has rank {found}; adapter_config.json says r={rank} (max_lora_rank={max_rank})"
+                )
 
 
 def load_adapter(runner: ModelRunner, name: str, directory: Path, replace: bool = False) -> None:
@@ -155,8 +156,7 @@ def load_adapter(runner: ModelRunner, name: str, directory: Path, replace: bool 
     first = not runner.has_adapters
     try:
         if first:
-            runner.model = PeftModel.from_pretrained(runner.base, str(directory), adapter_name=name,
-                                                     is_trainable=False)
+            runner.model = PeftModel.from_pretrained(runner.base, str(directory), adapter_name=name, is_trainable=False)
         else:
             runner.model.load_adapter(str(directory), adapter_name=name, is_trainable=False)
     except Exception:

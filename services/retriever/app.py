@@ -34,14 +34,27 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 class RetrieverMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.queries = Counter("coda_retriever_queries_total", "Queries answered", ["mode"], registry=registry)
-        self.batch_requests = Histogram("coda_retriever_batch_requests", "Requests sharing one chunk of work",
-                                        buckets=SIZE_BUCKETS, registry=registry)
-        self.batch_queries = Histogram("coda_retriever_batch_queries", "Queries in one chunk of work",
-                                       buckets=SIZE_BUCKETS, registry=registry)
-        self.dropped = Counter("coda_retriever_dropped_queries_total",
-                               "Queries never computed because their client disconnected", registry=registry)
-        self.stage = Histogram("coda_retriever_stage_seconds", "Time per batch stage (encode/dense/sparse/fuse)",
-                               ["stage"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.batch_requests = Histogram(
+            "coda_retriever_batch_requests",
+            "Requests sharing one chunk of work",
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.batch_queries = Histogram(
+            "coda_retriever_batch_queries", "Queries in one chunk of work", buckets=SIZE_BUCKETS, registry=registry
+        )
+        self.dropped = Counter(
+            "coda_retriever_dropped_queries_total",
+            "Queries never computed because their client disconnected",
+            registry=registry,
+        )
+        self.stage = Histogram(
+            "coda_retriever_stage_seconds",
+            "Time per batch stage (encode/dense/sparse/fuse)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.documents = Gauge("coda_retriever_documents", "Documents in the served index", registry=registry)
 
     def observe_batch(self, requests: int, queries: int) -> None:
@@ -52,8 +65,10 @@ class RetrieverMetrics:
 def resolve(body: RetrieveRequest, settings: RetrieverSettings) -> SearchSpec:
     """The request with defaults filled in; ApiError (400) for what this server will not do."""
     if len(body.queries) > settings.max_queries:
-        raise ApiError(f"{len(body.queries)} queries in one request; this server accepts at most "
-                       f"{settings.max_queries} (split the request)")
+        raise ApiError(
+            f"{len(body.queries)} queries in one request; this server accepts at most "
+            f"{settings.max_queries} (split the request)"
+        )
     k = body.topk or settings.default_topk  # null and 0 both mean the default, as in Search-R1
     if k > settings.max_topk:
         raise ApiError(f"topk {k} is above this server's limit of {settings.max_topk}")
@@ -61,9 +76,14 @@ def resolve(body: RetrieveRequest, settings: RetrieverSettings) -> SearchSpec:
     if depth > settings.max_depth:
         raise ApiError(f"depth {depth} is above this server's limit of {settings.max_depth}")
     return SearchSpec(
-        queries=body.queries, k=k, mode=body.mode or settings.mode, fusion=body.fusion or settings.fusion,
+        queries=body.queries,
+        k=k,
+        mode=body.mode or settings.mode,
+        fusion=body.fusion or settings.fusion,
         sparse_weight=settings.sparse_weight if body.sparse_weight is None else body.sparse_weight,
-        depth=depth, rrf_k=body.rrf_k or settings.rrf_k)
+        depth=depth,
+        rrf_k=body.rrf_k or settings.rrf_k,
+    )
 
 
 def render(corpus: CorpusStore, ids: np.ndarray, scores: np.ndarray, return_scores: bool) -> bytes:
@@ -75,8 +95,7 @@ def render(corpus: CorpusStore, ids: np.ndarray, scores: np.ndarray, return_scor
             if doc < 0 or not math.isfinite(score):
                 continue
             raw = corpus.raw(doc)
-            items.append(b'{"document":%s,"score":%s}' % (raw, format(score, ".7g").encode())
-                         if return_scores else raw)
+            items.append(b'{"document":%s,"score":%s}' % (raw, format(score, ".7g").encode()) if return_scores else raw)
         lists.append(b"[" + b",".join(items) + b"]")
     return b'{"result":[' + b",".join(lists) + b"]}"
 
@@ -92,13 +111,19 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        retriever = await asyncio.to_thread(load_retriever, settings,
-                                            lambda stage, s: metrics.stage.labels(stage).observe(s))
+        retriever = await asyncio.to_thread(
+            load_retriever, settings, lambda stage, s: metrics.stage.labels(stage).observe(s)
+        )
         metrics.documents.set(retriever.num_docs)
-        batcher = MicroBatcher(retriever.search_many, workers=retriever.workers,
-                               chunk_queries=settings.chunk_queries, window_s=settings.batch_window_ms / 1000,
-                               on_batch=metrics.observe_batch, on_drop=metrics.dropped.inc,
-                               thread_init=retriever.prepare_thread)
+        batcher = MicroBatcher(
+            retriever.search_many,
+            workers=retriever.workers,
+            chunk_queries=settings.chunk_queries,
+            window_s=settings.batch_window_ms / 1000,
+            on_batch=metrics.observe_batch,
+            on_drop=metrics.dropped.inc,
+            thread_init=retriever.prepare_thread,
+        )
         await batcher.start()
         log.info("retriever workers", extra={"workers": retriever.workers, "chunk_queries": settings.chunk_queries})
         app.state.retriever, app.state.batcher = retriever, batcher
@@ -114,13 +139,22 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
             raise RuntimeError("index not loaded yet")
         return f"{retriever.num_docs} documents, dense={settings.dense_backend}"
 
-    app, registry = create_app("retriever", description=__doc__ or "", lifespan=lifespan,
-                               health_checks={"index": index_ready}, max_body_bytes=settings.max_body_bytes)
+    app, registry = create_app(
+        "retriever",
+        description=__doc__ or "",
+        lifespan=lifespan,
+        health_checks={"index": index_ready},
+        max_body_bytes=settings.max_body_bytes,
+    )
     metrics = RetrieverMetrics(registry)
     app.state.settings = settings
 
-    @app.post("/retrieve", response_model=RetrieveResponse, tags=["retrieval"],
-              summary="Top-k documents for each query (Search-R1 compatible)")
+    @app.post(
+        "/retrieve",
+        response_model=RetrieveResponse,
+        tags=["retrieval"],
+        summary="Top-k documents for each query (Search-R1 compatible)",
+    )
     async def retrieve(body: RetrieveRequest, request: Request) -> Response:
         spec = resolve(body, settings)
         if not spec.queries:
@@ -141,7 +175,8 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
         except BatcherStopped as exc:  # shutting down: a retryable 503, not a 500 or a hang
             raise ApiError(str(exc), 503, "ServiceUnavailableError") from exc
         metrics.queries.labels(spec.mode).inc(len(spec.queries))
-        return Response(render(app.state.retriever.corpus, ids, scores, body.return_scores),
-                        media_type="application/json")
+        return Response(
+            render(app.state.retriever.corpus, ids, scores, body.return_scores), media_type="application/json"
+        )
 
     return app

@@ -63,9 +63,17 @@ class _Job:
 class MicroBatcher:
     """``await submit(spec)`` → that spec's ``(ids, scores)``; cancel the awaiting task to drop the work."""
 
-    def __init__(self, run: Callable[[list[SearchSpec]], list[Result]], *, workers: int = 1,
-                 chunk_queries: int = 32, window_s: float = 0.0, on_batch: BatchObserver | None = None,
-                 on_drop: DropObserver | None = None, thread_init: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[SearchSpec]], list[Result]],
+        *,
+        workers: int = 1,
+        chunk_queries: int = 32,
+        window_s: float = 0.0,
+        on_batch: BatchObserver | None = None,
+        on_drop: DropObserver | None = None,
+        thread_init: Callable[[], None] | None = None,
+    ) -> None:
         self.run, self.workers, self.chunk_queries, self.window_s = run, max(1, workers), chunk_queries, window_s
         self.on_batch = on_batch or (lambda requests, queries: None)
         self.on_drop = on_drop or (lambda queries: None)
@@ -73,8 +81,9 @@ class MicroBatcher:
         self._started: collections.deque[_Job] = collections.deque()  # jobs under way, round-robin
         self._jobs: set[_Job] = set()  # every job not answered yet
         self._wake: asyncio.Condition | None = None
-        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="retriever-worker",
-                                            initializer=thread_init)
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="retriever-worker", initializer=thread_init
+        )
         self._tasks: list[asyncio.Task] = []
         # Wall seconds of recent chunks (for tests and diagnostics: "one chunk's time" under current load).
         self.chunk_seconds: collections.deque[float] = collections.deque(maxlen=512)
@@ -86,8 +95,7 @@ class MicroBatcher:
 
     async def start(self) -> None:
         self._wake = asyncio.Condition()
-        self._tasks = [asyncio.create_task(self._worker(), name=f"retriever-worker-{i}")
-                       for i in range(self.workers)]
+        self._tasks = [asyncio.create_task(self._worker(), name=f"retriever-worker-{i}") for i in range(self.workers)]
 
     async def stop(self) -> None:
         """Stop taking chunks; requests still queued or mid-chunk fail with ``BatcherStopped``, never hang."""
@@ -113,9 +121,11 @@ class MicroBatcher:
             raise BatcherStopped("the retriever is not running")
         # Duplicates within a request are searched once (and so come back identical, whichever chunk ran them).
         unique, inverse = _dedupe(spec.queries)
-        job = _Job(replace(spec, queries=unique) if len(unique) < len(spec.queries) else spec,
-                   asyncio.get_running_loop().create_future(),
-                   inverse if len(unique) < len(spec.queries) else None)
+        job = _Job(
+            replace(spec, queries=unique) if len(unique) < len(spec.queries) else spec,
+            asyncio.get_running_loop().create_future(),
+            inverse if len(unique) < len(spec.queries) else None,
+        )
         self._jobs.add(job)
         self._fresh.append(job)
         async with self._wake:
@@ -173,8 +183,9 @@ class MicroBatcher:
             await self._wake.wait_for(lambda: bool(self._fresh or self._started))
             if self.window_s > 0 and self.queued < self.chunk_queries:
                 with contextlib.suppress(TimeoutError):  # give concurrent requests a moment to join this chunk
-                    await asyncio.wait_for(self._wake.wait_for(lambda: self.queued >= self.chunk_queries),
-                                           self.window_s)
+                    await asyncio.wait_for(
+                        self._wake.wait_for(lambda: self.queued >= self.chunk_queries), self.window_s
+                    )
             pieces = self._take()
             if self._fresh or self._started:
                 self._wake.notify()  # more work left: wake another idle worker

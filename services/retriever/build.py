@@ -1,12 +1,12 @@
 """``build``: corpus JSONL → an index directory (canonical corpus, BM25, FAISS, optional Chroma, manifest).
 
-    index_dir/
-      manifest.json        encoder, dims, counts, factory, tokenizer, library versions, timings
-      corpus.jsonl         canonical rows (id, contents, extras), one compact JSON object per line
-      corpus_offsets.npy   byte offset of every row, so rows are read by position without parsing
-      bm25/                bm25s index + the tokenizer settings it was built with
-      dense.faiss          FAISS index (inner product over unit vectors)
-      chroma/              optional ChromaDB collection of the same vectors
+index_dir/
+  manifest.json        encoder, dims, counts, factory, tokenizer, library versions, timings
+  corpus.jsonl         canonical rows (id, contents, extras), one compact JSON object per line
+  corpus_offsets.npy   byte offset of every row, so rows are read by position without parsing
+  bm25/                bm25s index + the tokenizer settings it was built with
+  dense.faiss          FAISS index (inner product over unit vectors)
+  chroma/              optional ChromaDB collection of the same vectors
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ def _passage_vectors(options: BuildOptions, contents: list[str]):
 
     if options.embeddings is not None:
         vectors = load_embeddings(options.embeddings, len(contents))
-        return vectors, {"name": options.encoder, "dim": int(vectors.shape[1]),
-                         "embeddings": str(options.embeddings)}
-    encoder = Encoder(options.encoder, passage_prefix=options.passage_prefix, device=options.device,
-                      batch_size=options.batch_size)
+        return vectors, {"name": options.encoder, "dim": int(vectors.shape[1]), "embeddings": str(options.embeddings)}
+    encoder = Encoder(
+        options.encoder, passage_prefix=options.passage_prefix, device=options.device, batch_size=options.batch_size
+    )
     return encoder.encode_passages(contents), {"name": options.encoder, "dim": encoder.dim}
 
 

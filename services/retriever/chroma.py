@@ -25,8 +25,9 @@ def _client(index_dir: Path):
     import chromadb
     from chromadb.config import Settings
 
-    return chromadb.PersistentClient(path=str(index_dir / CHROMA_DIR),
-                                     settings=Settings(anonymized_telemetry=False, allow_reset=False))
+    return chromadb.PersistentClient(
+        path=str(index_dir / CHROMA_DIR), settings=Settings(anonymized_telemetry=False, allow_reset=False)
+    )
 
 
 class ChromaIndex:
@@ -42,16 +43,26 @@ class ChromaIndex:
         return self._count
 
     @classmethod
-    def build(cls, index_dir: Path, vectors: np.ndarray, *, ef_construction: int = 200, ef_search: int = 256,
-              max_neighbors: int = 32) -> ChromaIndex:
+    def build(
+        cls,
+        index_dir: Path,
+        vectors: np.ndarray,
+        *,
+        ef_construction: int = 200,
+        ef_search: int = 256,
+        max_neighbors: int = 32,
+    ) -> ChromaIndex:
         client = _client(index_dir)
-        hnsw = {"space": "ip", "ef_construction": ef_construction, "ef_search": ef_search,
-                "max_neighbors": max_neighbors}
-        collection = client.get_or_create_collection(COLLECTION, embedding_function=None,
-                                                     configuration={"hnsw": hnsw})
+        hnsw = {
+            "space": "ip",
+            "ef_construction": ef_construction,
+            "ef_search": ef_search,
+            "max_neighbors": max_neighbors,
+        }
+        collection = client.get_or_create_collection(COLLECTION, embedding_function=None, configuration={"hnsw": hnsw})
         step = max(1, min(client.get_max_batch_size(), 5_000))
         for start in range(0, len(vectors), step):
-            chunk = vectors[start:start + step]
+            chunk = vectors[start : start + step]
             collection.add(ids=[str(i) for i in range(start, start + len(chunk))], embeddings=chunk)
         log.info("chroma collection built", extra={"docs": collection.count(), **hnsw})
         return cls(collection, ef_search)
@@ -70,8 +81,9 @@ class ChromaIndex:
         scores = np.full((n, max(k, 0)), -np.inf, np.float32)
         if n == 0 or k <= 0:
             return ids, scores
-        found = self.collection.query(query_embeddings=np.asarray(vectors, np.float32), n_results=k,
-                                      include=["distances"])
+        found = self.collection.query(
+            query_embeddings=np.asarray(vectors, np.float32), n_results=k, include=["distances"]
+        )
         for row, (row_ids, row_dist) in enumerate(zip(found["ids"], found["distances"], strict=True)):
             m = len(row_ids)
             ids[row, :m] = np.asarray(row_ids, dtype=np.int64)

@@ -36,16 +36,31 @@ class RetrieverSettings(ServiceSettings):
     encoder: str | None = Field(None, description="Query encoder; default: the one the index was built with")
     query_prefix: str | None = Field(None, description="Prefix for queries (e5: 'query: '); default: manifest")
     device: str = Field("auto", description="Encoder device: auto (cuda when present), cpu, cuda:0, …")
-    encode_batch_size: int = Field(16, ge=1, description="Queries per encoder forward pass, grouped by length "
-                                                         "(16 measured fastest on CPU: less padding)")
-    cpu_threads: int = Field(0, ge=0, description="Search workers on CPU, each one thread for torch and FAISS "
-                                                   "(0: one per CPU this process may use: affinity, cgroup quota)")
+    encode_batch_size: int = Field(
+        16,
+        ge=1,
+        description="Queries per encoder forward pass, grouped by length (16 measured fastest on CPU: less padding)",
+    )
+    cpu_threads: int = Field(
+        0,
+        ge=0,
+        description="Search workers on CPU, each one thread for torch and FAISS "
+        "(0: one per CPU this process may use: affinity, cgroup quota)",
+    )
     faiss_search_params: str = Field("", description="FAISS parameters, e.g. 'efSearch=128' or 'nprobe=32'")
     faiss_gpu: bool = Field(True, description="Move the FAISS index to the GPUs when FAISS sees any")
     chroma_ef_search: int = Field(256, ge=1, description="Chroma HNSW ef at search time")
     bm25_mmap: bool = Field(True, description="Memory-map the BM25 index instead of loading it")
 
-    batch_window_ms: float = Field(0.0, ge=0, description="How long an idle worker waits for a chunk to fill up "
-                                                           "(0: start at once; load fills chunks by itself)")
-    chunk_queries: int = Field(16, ge=1, description="Most queries in one unit of work; a request's queries are "
-                                                     "taken in turn with other requests', this many at a time")
+    batch_window_ms: float = Field(
+        0.0,
+        ge=0,
+        description="How long an idle worker waits for a chunk to fill up "
+        "(0: start at once; load fills chunks by itself)",
+    )
+    chunk_queries: int = Field(
+        16,
+        ge=1,
+        description="Most queries in one unit of work; a request's queries are "
+        "taken in turn with other requests', this many at a time",
+    )

@@ -76,7 +76,7 @@ class CorpusStore:
 
     def raw(self, i: int) -> bytes:
         """Row ``i`` as its JSON bytes (no trailing newline)."""
-        return self._mm[int(self.offsets[i]):int(self.offsets[i + 1]) - 1]
+        return self._mm[int(self.offsets[i]) : int(self.offsets[i + 1]) - 1]
 
     def row(self, i: int) -> dict:
         return json.loads(self.raw(i))

@@ -61,7 +61,7 @@ class FaissIndex:
             log.info("training the FAISS index", extra={"factory": factory})
             index.train(_train_sample(vectors))
         for start in range(0, len(vectors), 65_536):
-            index.add(vectors[start:start + 65_536])
+            index.add(vectors[start : start + 65_536])
         return cls(index, search_params)
 
     def save(self, index_dir: Path) -> None:

@@ -42,9 +42,17 @@ def pick_device(device: str = "auto") -> str:
 class Encoder:
     """``encode_queries`` / ``encode_passages`` → float32 ``(n, dim)`` unit vectors."""
 
-    def __init__(self, name: str = DEFAULT_ENCODER, *, query_prefix: str = "", passage_prefix: str = "",
-                 device: str = "auto", batch_size: int = 256, max_length: int | None = None,
-                 threads: int = 0) -> None:
+    def __init__(
+        self,
+        name: str = DEFAULT_ENCODER,
+        *,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        device: str = "auto",
+        batch_size: int = 256,
+        max_length: int | None = None,
+        threads: int = 0,
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
@@ -65,8 +73,11 @@ class Encoder:
             self.model.max_seq_length = max_length
         if self.device.startswith("cuda"):
             self.model.half()  # fp16 on GPU, as Search-R1 serves e5
-        self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")
-                       else self.model.get_sentence_embedding_dimension())
+        self.dim = int(
+            self.model.get_embedding_dimension()
+            if hasattr(self.model, "get_embedding_dimension")
+            else self.model.get_sentence_embedding_dimension()
+        )
         self.warm_s: float | None = None  # set by warm()
         log.info("encoder loaded", extra={"encoder": name, "device": self.device, "dim": self.dim})
 
@@ -81,8 +92,13 @@ class Encoder:
     def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), np.float32)
-        emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=show_progress)
+        emb = self.model.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
+        )
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
@@ -98,11 +114,13 @@ class Encoder:
         out = np.empty((len(texts), self.dim), np.float32)
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                rows = order[start:start + self.batch_size]
+                rows = order[start : start + self.batch_size]
                 with self._tokenize_lock:
                     features = self._tokenize([texts[i] for i in rows])
-                features = {key: value.to(self.model.device) if hasattr(value, "to") else value
-                            for key, value in features.items()}
+                features = {
+                    key: value.to(self.model.device) if hasattr(value, "to") else value
+                    for key, value in features.items()
+                }
                 emb = self.model(features)["sentence_embedding"]
                 emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
                 out[rows] = emb.cpu().numpy()

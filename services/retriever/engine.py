@@ -51,8 +51,10 @@ class SearchSpec:
 def read_manifest(index_dir: str | Path) -> dict:
     path = Path(index_dir) / MANIFEST_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{index_dir} is not an index directory (no {MANIFEST_FILE}); "
-                                f"build one with `python -m services.retriever build`")
+        raise FileNotFoundError(
+            f"{index_dir} is not an index directory (no {MANIFEST_FILE}); "
+            f"build one with `python -m services.retriever build`"
+        )
     return json.loads(path.read_text())
 
 
@@ -80,8 +82,15 @@ def available_cpus() -> int:
 class Retriever:
     """Owns the indexes; ``search_many(specs)`` → one ``(ids, scores)`` per spec."""
 
-    def __init__(self, corpus: CorpusStore, sparse, dense, encoder,
-                 observe: Callable[[str, float], None] | None = None, cpu_threads: int = 0) -> None:
+    def __init__(
+        self,
+        corpus: CorpusStore,
+        sparse,
+        dense,
+        encoder,
+        observe: Callable[[str, float], None] | None = None,
+        cpu_threads: int = 0,
+    ) -> None:
         self.corpus, self.sparse, self.dense, self.encoder = corpus, sparse, dense, encoder
         self.observe = observe or (lambda stage, seconds: None)
         # Search workers: one per CPU given; one in all on a GPU (FAISS GPU indexes are not thread-safe).
@@ -137,7 +146,7 @@ class Retriever:
                 out.append(None)
                 continue
             n, k = len(spec.queries), spec.side_k()
-            out.append((ids[start:start + n, :k], scores[start:start + n, :k]))
+            out.append((ids[start : start + n, :k], scores[start : start + n, :k]))
             start += n
         return out
 
@@ -153,8 +162,7 @@ class Retriever:
             elif spec.mode == "sparse":
                 results.append(s)
             else:
-                results.append(fuse(d[0], d[1], s[0], s[1], spec.k, spec.fusion, spec.sparse_weight,
-                                    spec.rrf_k))
+                results.append(fuse(d[0], d[1], s[0], s[1], spec.k, spec.fusion, spec.sparse_weight, spec.rrf_k))
         self.observe("fuse", time.perf_counter() - start)
         return results
 
@@ -189,16 +197,27 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
     # Loaded and warmed here, before the app reports ready, in every mode: a sparse-default server still
     # answers mode=dense requests, and loading the model on the first one stalled every query (one index
     # owner) for the ~8 s the load takes on CPU.
-    encoder = Encoder(settings.encoder or manifest["encoder"]["name"],
-                      query_prefix=(settings.query_prefix if settings.query_prefix is not None
-                                    else manifest["encoder"].get("query_prefix", "")),
-                      device=settings.device, batch_size=settings.encode_batch_size,
-                      threads=1)  # per worker thread; the workers are the parallelism (see Retriever)
+    encoder = Encoder(
+        settings.encoder or manifest["encoder"]["name"],
+        query_prefix=(
+            settings.query_prefix if settings.query_prefix is not None else manifest["encoder"].get("query_prefix", "")
+        ),
+        device=settings.device,
+        batch_size=settings.encode_batch_size,
+        threads=1,
+    )  # per worker thread; the workers are the parallelism (see Retriever)
     if encoder.dim != manifest["encoder"]["dim"]:
-        raise ValueError(f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds "
-                         f"{manifest['encoder']['dim']}-d")
+        raise ValueError(
+            f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds {manifest['encoder']['dim']}-d"
+        )
     log.info("encoder warm", extra={"encoder": encoder.name, "seconds": round(encoder.warm(), 3)})
-    log.info("index loaded", extra={"index_dir": str(index_dir), "docs": len(corpus),
-                                    "dense": settings.dense_backend, "seconds": round(time.perf_counter() -
-                                                                                      started, 2)})
+    log.info(
+        "index loaded",
+        extra={
+            "index_dir": str(index_dir),
+            "docs": len(corpus),
+            "dense": settings.dense_backend,
+            "seconds": round(time.perf_counter() - started, 2),
+        },
+    )
     return Retriever(corpus, sparse, dense, encoder, observe, cpu_threads=settings.cpu_threads)

@@ -25,8 +25,13 @@ def load_qa(path) -> list[dict]:
     return list(read_jsonl(path))
 
 
-def recall_at(ids: np.ndarray, golds: list[set[int]], answers: list[list[str] | None],
-              contents: dict[int, str], ks: Iterable[int] = KS) -> dict[str, float]:
+def recall_at(
+    ids: np.ndarray,
+    golds: list[set[int]],
+    answers: list[list[str] | None],
+    contents: dict[int, str],
+    ks: Iterable[int] = KS,
+) -> dict[str, float]:
     """``sup@k``/``both@k`` over questions with gold ids, ``ans@k`` over those with non-yes/no answers."""
     out: dict[str, float] = {}
     for k in ks:
@@ -37,8 +42,7 @@ def recall_at(ids: np.ndarray, golds: list[set[int]], answers: list[list[str] | 
             out[f"both@{k}"] = float(np.mean([g <= t for t, g in with_gold]))
         scored = [(row, a) for row, a in zip(ids, answers, strict=True) if a]
         if scored:
-            hits = [any(gold in contents[d] for d in row[:k].tolist() if d >= 0 for gold in a)
-                    for row, a in scored]
+            hits = [any(gold in contents[d] for d in row[:k].tolist() if d >= 0 for gold in a) for row, a in scored]
             out[f"ans@{k}"] = float(np.mean(hits))
     return out
 
@@ -46,8 +50,9 @@ def recall_at(ids: np.ndarray, golds: list[set[int]], answers: list[list[str] | 
 def gold_rows(qa: list[dict], corpus: CorpusStore) -> list[set[int]]:
     """Each question's gold passages (``metadata.supporting_doc_ids``) as corpus row positions."""
     id_to_row = {corpus.row(i)["id"]: i for i in range(len(corpus))}
-    return [{id_to_row[d] for d in (q.get("metadata", {}).get("supporting_doc_ids") or []) if d in id_to_row}
-            for q in qa]
+    return [
+        {id_to_row[d] for d in (q.get("metadata", {}).get("supporting_doc_ids") or []) if d in id_to_row} for q in qa
+    ]
 
 
 def answer_lists(qa: list[dict]) -> list[list[str] | None]:

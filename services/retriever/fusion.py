@@ -58,8 +58,9 @@ def _missing_value(norm: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(lowest), lowest, 0.0)
 
 
-def merge_by_id(ids_a: np.ndarray, part_a: np.ndarray, miss_a: np.ndarray,
-                ids_b: np.ndarray, part_b: np.ndarray, miss_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_by_id(
+    ids_a: np.ndarray, part_a: np.ndarray, miss_a: np.ndarray, ids_b: np.ndarray, part_b: np.ndarray, miss_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Union of two candidate lists per row, summing each id's parts (a missing side contributes miss_x).
 
     Returns ``(ids, fused)`` of width ``a + b``: each id appears once, duplicates become ``-1`` / ``-inf``.
@@ -87,9 +88,16 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)
 
 
-def fuse(dense_ids: np.ndarray, dense_scores: np.ndarray, sparse_ids: np.ndarray, sparse_scores: np.ndarray,
-         k: int, method: FusionMethod = "minmax", sparse_weight: float = 0.5,
-         rrf_k: float = 60.0) -> tuple[np.ndarray, np.ndarray]:
+def fuse(
+    dense_ids: np.ndarray,
+    dense_scores: np.ndarray,
+    sparse_ids: np.ndarray,
+    sparse_scores: np.ndarray,
+    k: int,
+    method: FusionMethod = "minmax",
+    sparse_weight: float = 0.5,
+    rrf_k: float = 60.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Fuse the dense and sparse candidate lists of each query into its top-``k`` (ids, fused scores)."""
     dense_ok, sparse_ok = dense_ids >= 0, sparse_ids >= 0
     if method == "rrf":

@@ -49,8 +49,9 @@ class SparseIndex:
     def tokenize(self, texts: list[str], show_progress: bool = False) -> list[list[str]]:
         import bm25s
 
-        return bm25s.tokenize(texts, stopwords=self.config.stopwords, stemmer=self._stem, return_ids=False,
-                              show_progress=show_progress)
+        return bm25s.tokenize(
+            texts, stopwords=self.config.stopwords, stemmer=self._stem, return_ids=False, show_progress=show_progress
+        )
 
     @classmethod
     def build(cls, texts: list[str], config: Bm25Config = Bm25Config()) -> SparseIndex:
@@ -96,8 +97,8 @@ class SparseIndex:
             if len(hits) > k:
                 hits = hits[np.argpartition(-doc_scores[hits], k - 1)[:k]]
             hits = hits[np.lexsort((hits, -doc_scores[hits]))]
-            ids[row, :len(hits)] = hits
-            scores[row, :len(hits)] = doc_scores[hits]
+            ids[row, : len(hits)] = hits
+            scores[row, : len(hits)] = doc_scores[hits]
         return ids, scores
 
     def _search_bm25s(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,15 +9,20 @@ from services.rollout.config import RolloutSettings
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.rollout",
-                                description="Rollout service: agent episodes → scored trajectory groups on Redis.")
+    p = argparse.ArgumentParser(
+        prog="python -m services.rollout",
+        description="Rollout service: agent episodes → scored trajectory groups on Redis.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the producer with its status API (/health, /metrics, /status)")
     RolloutSettings.add_arguments(serve)
-    ev = sub.add_parser("eval", help="greedy episodes on a split; EM/F1 per data source as a table and JSON",
-                        description="Example: python -m services.rollout eval --recipe configs/coda.toml --split eval "
-                                    "(or --recipe coda: configs/coda.toml when present, else the coda agent "
-                                    "with defaults)")
+    ev = sub.add_parser(
+        "eval",
+        help="greedy episodes on a split; EM/F1 per data source as a table and JSON",
+        description="Example: python -m services.rollout eval --recipe configs/coda.toml --split eval "
+        "(or --recipe coda: configs/coda.toml when present, else the coda agent "
+        "with defaults)",
+    )
     RolloutSettings.add_arguments(ev)
     return p
 

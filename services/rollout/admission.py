@@ -26,8 +26,9 @@ def admission_limit(max_staleness: int, version: int, groups_per_step: int, cons
     return base + (max_staleness + 1) * groups_per_step
 
 
-def admission_capacity(max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int,
-                       consumed: int | None = None) -> int:
+def admission_capacity(
+    max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int, consumed: int | None = None
+) -> int:
     """How many more groups may start now: the limit minus ``accepted + running`` (≤ 0: none)."""
     return admission_limit(max_staleness, version, groups_per_step, consumed) - (accepted + running)
 
@@ -35,8 +36,15 @@ def admission_capacity(max_staleness: int, version: int, groups_per_step: int, a
 class Admission:
     """The admission gate of one rollout process (asyncio; one event loop)."""
 
-    def __init__(self, max_staleness: int, groups_per_step: int, *, version: int = 0, accepted: int = 0,
-                 max_running: int | None = None) -> None:
+    def __init__(
+        self,
+        max_staleness: int,
+        groups_per_step: int,
+        *,
+        version: int = 0,
+        accepted: int = 0,
+        max_running: int | None = None,
+    ) -> None:
         self.max_staleness, self.groups_per_step = max_staleness, groups_per_step
         self.max_running = max_running
         self.version, self.accepted, self.running = version, accepted, 0
@@ -111,9 +119,20 @@ class RedisAdmission(Admission):
     ``running`` is summed over the live workers (each keeps a heartbeat), so replicas together never start
     more than ``(s + v + 1)·g`` groups. Waiting polls Redis every ``poll_s`` (and wakes on local events)."""
 
-    def __init__(self, client, worker: str, max_staleness: int, groups_per_step: int, *, version: int = 0,
-                 max_running: int | None = None, published_key: str = "rollout:published",
-                 prefix: str = "rollout", heartbeat_ttl_s: float = 30.0, poll_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        client,
+        worker: str,
+        max_staleness: int,
+        groups_per_step: int,
+        *,
+        version: int = 0,
+        max_running: int | None = None,
+        published_key: str = "rollout:published",
+        prefix: str = "rollout",
+        heartbeat_ttl_s: float = 30.0,
+        poll_s: float = 0.1,
+    ) -> None:
         super().__init__(max_staleness, groups_per_step, version=version, max_running=max_running)
         self.r, self.worker, self.poll_s, self.ttl = client, worker, poll_s, heartbeat_ttl_s
         self.keys = [published_key, f"{prefix}:running", f"{prefix}:heartbeat"]

@@ -36,43 +36,84 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         client = redis.Redis.from_url(settings.redis_url)
-        records = select_split(load_prompts(settings.dataset, settings.prompt_field, settings.gold_field), settings.split, settings.eval_fraction)
+        records = select_split(
+            load_prompts(settings.dataset, settings.prompt_field, settings.gold_field),
+            settings.split,
+            settings.eval_fraction,
+        )
         async with agent_context(settings, tok=tok) as ctx:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
             if settings.admission_scope == "redis":
-                admission = RedisAdmission(client, f"{socket.gethostname()}-{os.getpid()}", settings.max_staleness,
-                                           settings.groups_per_step, max_running=settings.max_running_groups,
-                                           published_key=settings.published_key)
+                admission = RedisAdmission(
+                    client,
+                    f"{socket.gethostname()}-{os.getpid()}",
+                    settings.max_staleness,
+                    settings.groups_per_step,
+                    max_running=settings.max_running_groups,
+                    published_key=settings.published_key,
+                )
                 admission.accepted = accepted
             else:
-                admission = Admission(settings.max_staleness, settings.groups_per_step, accepted=accepted,
-                                      max_running=settings.max_running_groups)
+                admission = Admission(
+                    settings.max_staleness,
+                    settings.groups_per_step,
+                    accepted=accepted,
+                    max_running=settings.max_running_groups,
+                )
             metrics = metrics_holder["metrics"]
 
             async def on_version(version: int) -> None:
                 metrics.version.labels("rollout").set(version)
                 await admission.set_version(version)
 
-            follower = WeightFollower(client, ctx.policy.state, stream=settings.weights_stream,
-                                      version_key=settings.version_key, admission_key=settings.admission_key,
-                                      on_version=on_version, on_consumed=admission.set_consumed)
+            follower = WeightFollower(
+                client,
+                ctx.policy.state,
+                stream=settings.weights_stream,
+                version_key=settings.version_key,
+                admission_key=settings.admission_key,
+                on_version=on_version,
+                on_consumed=admission.set_consumed,
+            )
             await follower.start()
             await on_version(ctx.policy.state.version)
             if admission.capacity < 0:
-                log.warning("more groups were published than the trainer has taken; the rollout waits for "
-                            "the trainer to catch up (for a fresh run, delete the counter key)",
-                            extra={"key": settings.published_key, "accepted": accepted,
-                                   "version": ctx.policy.state.version, "capacity": admission.capacity})
+                log.warning(
+                    "more groups were published than the trainer has taken; the rollout waits for "
+                    "the trainer to catch up (for a fresh run, delete the counter key)",
+                    extra={
+                        "key": settings.published_key,
+                        "accepted": accepted,
+                        "version": ctx.policy.state.version,
+                        "capacity": admission.capacity,
+                    },
+                )
             publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
-            producer = Producer(settings, ctx, publisher=publisher, client=client, admission=admission,
-                                metrics=metrics, embed=make_embedder(settings.embedder),
-                                prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs))
+            producer = Producer(
+                settings,
+                ctx,
+                publisher=publisher,
+                client=client,
+                admission=admission,
+                metrics=metrics,
+                embed=make_embedder(settings.embedder),
+                prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs),
+            )
             app.state.producer, app.state.redis = producer, client
-            tasks = [asyncio.create_task(follower.run(), name="weights"),
-                     asyncio.create_task(producer.run(), name="producer")]
+            tasks = [
+                asyncio.create_task(follower.run(), name="weights"),
+                asyncio.create_task(producer.run(), name="producer"),
+            ]
             app.state.tasks = tasks
-            log.info("rollout started", extra={"recipe": settings.agent, "prompts": len(records),
-                                               "version": ctx.policy.state.version, "accepted": accepted})
+            log.info(
+                "rollout started",
+                extra={
+                    "recipe": settings.agent,
+                    "prompts": len(records),
+                    "version": ctx.policy.state.version,
+                    "accepted": accepted,
+                },
+            )
             try:
                 yield
             finally:
@@ -87,10 +128,16 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
             raise RuntimeError(f"{name} stopped: {task.exception()!r}")
         return "finished" if task.done() else "running"
 
-    app, registry = create_app("rollout", lifespan=lifespan, description="Agent episodes → trajectory groups",
-                               health_checks={"redis": lambda: app.state.redis.ping() and "ok",
-                                              "producer": lambda: task_state("producer"),
-                                              "weights": lambda: task_state("weights")})
+    app, registry = create_app(
+        "rollout",
+        lifespan=lifespan,
+        description="Agent episodes → trajectory groups",
+        health_checks={
+            "redis": lambda: app.state.redis.ping() and "ok",
+            "producer": lambda: task_state("producer"),
+            "weights": lambda: task_state("weights"),
+        },
+    )
     metrics_holder["metrics"] = RolloutMetrics(registry)
 
     @app.get("/status", tags=["rollout"], summary="Version, admission state, counts and failures")

@@ -14,14 +14,34 @@ from shared.settings import ServiceSettings, service_config
 class RolloutSettings(ServiceSettings):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "tokenizer", "served_model_name": "model_name", **{k: k for k in (
-        "groups_per_step", "max_staleness", "temperature", "redis_url", "stream", "weights_stream", "version_key")}}
+    shared_keys: ClassVar[dict[str, str]] = {
+        "model": "tokenizer",
+        "served_model_name": "model_name",
+        **{
+            k: k
+            for k in (
+                "groups_per_step",
+                "max_staleness",
+                "temperature",
+                "redis_url",
+                "stream",
+                "weights_stream",
+                "version_key",
+            )
+        },
+    }
 
-    agent: str = Field("search-r1", description=f"Agent protocol whose episodes run, with its reward "
-                                                f"(recipes.RECIPES: {', '.join(sorted(RECIPES))})")
-    reward: str | None = Field(None, description="Reward function 'package.module:function' (a plain f(completion, "
-                                                 "gold, row) -> float | dict, or an @episode_reward); default: "
-                                                 "the agent's own")
+    agent: str = Field(
+        "search-r1",
+        description=f"Agent protocol whose episodes run, with its reward "
+        f"(recipes.RECIPES: {', '.join(sorted(RECIPES))})",
+    )
+    reward: str | None = Field(
+        None,
+        description="Reward function 'package.module:function' (a plain f(completion, "
+        "gold, row) -> float | dict, or an @episode_reward); default: "
+        "the agent's own",
+    )
     host: str = Field("127.0.0.1", description="Bind address of the status API")
     port: int = Field(8004, ge=1, le=65535, description="Port of the status API (/health, /metrics, /status)")
 
@@ -31,10 +51,12 @@ class RolloutSettings(ServiceSettings):
     stream_maxlen: int = Field(10_000, ge=1, description="Approximate cap on the trajectories stream length")
     weights_stream: str = Field("weights", description="Stream of the trainer's weight-update events")
     version_key: str = Field("policy:version", description="Redis key holding the live policy version")
-    admission_key: str = Field("policy:admission",
-                               description="Redis key of the trainer's admission mark (groups it has taken)")
-    published_key: str = Field("rollout:published",
-                               description="Redis counter of groups published (the 'accepted' term of admission)")
+    admission_key: str = Field(
+        "policy:admission", description="Redis key of the trainer's admission mark (groups it has taken)"
+    )
+    published_key: str = Field(
+        "rollout:published", description="Redis counter of groups published (the 'accepted' term of admission)"
+    )
     inference_url: str = Field("http://127.0.0.1:8002", description="Policy inference server (vLLM API)")
     model_name: str = Field("policy", description="Served name of the base policy model")
     frozen_model_name: str | None = Field(None, description="Served name of the frozen worker (default: model_name)")
@@ -42,18 +64,24 @@ class RolloutSettings(ServiceSettings):
     retriever_url: str = Field("http://127.0.0.1:8000", description="Retriever (Search-R1 /retrieve API)")
     searcher_url: str = Field("http://127.0.0.1:8001", description="Searcher service (thinker-searcher)")
     llm_http: Literal["aiohttp", "httpx"] = Field(
-        "aiohttp", description="HTTP library for LLM calls: aiohttp (about 10x less CPU per call) or httpx")
-    retrieval_batch_ms: float = Field(2.0, ge=0, description="Window in which concurrent episodes' searches are "
-                                                             "sent as one /retrieve request (0: one each)")
+        "aiohttp", description="HTTP library for LLM calls: aiohttp (about 10x less CPU per call) or httpx"
+    )
+    retrieval_batch_ms: float = Field(
+        2.0,
+        ge=0,
+        description="Window in which concurrent episodes' searches are sent as one /retrieve request (0: one each)",
+    )
     http_timeout_s: float = Field(300.0, gt=0, description="Timeout of one LLM/retriever/searcher call")
     retry_attempts: int = Field(4, ge=1, description="Tries per HTTP call on 5xx/timeouts (never on 4xx)")
     retry_backoff_s: float = Field(0.2, ge=0, description="First retry wait; doubles per retry (max 5 s)")
 
     # ------------------------------------------------------------ data
-    dataset: str = Field("bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or "
-                                                       "synthetic:arithmetic[:N]")
-    prompt_field: str | None = Field(None, description="Read any JSONL: the field holding each row's prompt (the "
-                                                       "row is kept whole for rewards)")
+    dataset: str = Field(
+        "bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or synthetic:arithmetic[:N]"
+    )
+    prompt_field: str | None = Field(
+        None, description="Read any JSONL: the field holding each row's prompt (the row is kept whole for rewards)"
+    )
     gold_field: str | None = Field(None, description="With prompt_field: the field of the gold answer(s), if any")
     split: str = Field("all", description="train | eval (hashed split of one file) | all | a row split name")
     eval_fraction: float = Field(0.1, ge=0, le=1, description="Share of prompt ids held out by split=eval")
@@ -65,9 +93,14 @@ class RolloutSettings(ServiceSettings):
     groups_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per optimizer step")
     max_staleness: int = Field(1, ge=0, description="Policy versions a group may lag behind (0: on-policy)")
     admission_scope: Literal["process", "redis"] = Field(
-        "process", description="process: this rollout alone; redis: shared by every rollout replica")
+        "process", description="process: this rollout alone; redis: shared by every rollout replica"
+    )
     max_running_groups: int = Field(64, ge=1, description="Groups in flight at once (concurrency cap)")
-    max_prompt_failures: int = Field(3, ge=1, description="Failures in a row, by the prompt's own fault (a reward error, a 400 or plain 500), before it is dropped; failures during a dependency outage do not count")
+    max_prompt_failures: int = Field(
+        3,
+        ge=1,
+        description="Failures in a row, by the prompt's own fault (a reward error, a 400 or plain 500), before it is dropped; failures during a dependency outage do not count",
+    )
     temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="Policy nucleus sampling mass")
     frozen_temperature: float = Field(0.0, ge=0, description="Frozen worker temperature (0: greedy, stable reward)")
@@ -82,29 +115,37 @@ class RolloutSettings(ServiceSettings):
     topk: int = Field(3, ge=1, description="Documents per search")
     searcher_max_turns: int | None = Field(None, ge=1, description="Searcher budget sent with each request")
     stop: list[str] = Field(default_factory=list, description="single-turn: stop strings (EOS always stops)")
-    system_prompt: str | None = Field(None, description="single-turn: a system turn before the prompt (none: "
-                                                        "whatever the chat template does without one)")
+    system_prompt: str | None = Field(
+        None,
+        description="single-turn: a system turn before the prompt (none: whatever the chat template does without one)",
+    )
 
     # ------------------------------------------------------------ rewards
     answer_metric: Literal["em", "f1", "sub_em", "cover_em"] | None = Field(
-        None, description="Answer score (default: the agent's: f1 for coda, em otherwise)")
+        None, description="Answer score (default: the agent's: f1 for coda, em otherwise)"
+    )
     format_weight: float = Field(0.1, description="CoDA format-term weight")
     refine_weight: float = Field(0.1, description="CoDA refine-term weight")
     token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
     tool_reward_weights: dict[str, float] = Field(
         default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
-        description="Tool agent: weights of mrr / answer_similarity / format")
+        description="Tool agent: weights of mrr / answer_similarity / format",
+    )
     reward_combination: Literal["explicit", "uniform", "std", "pca", "l2"] = Field(
-        "explicit", description="Tool agent: how a group's components combine (explicit = tool_reward_weights)")
+        "explicit", description="Tool agent: how a group's components combine (explicit = tool_reward_weights)"
+    )
     embedder: Literal["hashing", "minilm"] = Field(
-        "hashing", description="Embeddings for similarity rewards: hashing (fast, lexical) or minilm")
+        "hashing", description="Embeddings for similarity rewards: hashing (fast, lexical) or minilm"
+    )
 
     # ------------------------------------------------------------ eval
     eval_output: str = Field("runs/eval", description="Folder of eval JSON results")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many prompts")
     eval_policy: Literal["live", "base"] = Field(
-        "live", description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
-                            "found on the weights stream; base: model_name as served (also when Redis is down)")
+        "live",
+        description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
+        "found on the weights stream; base: model_name as served (also when Redis is down)",
+    )
 
     @field_validator("agent")
     @classmethod
@@ -129,11 +170,18 @@ class RolloutSettings(ServiceSettings):
 
     def budgets(self) -> dict[str, Budget]:
         main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)
-        executor = Budget(self.executor_max_turns, self.max_tokens_per_turn, self.max_obs_tokens,
-                          self.max_context_tokens)
+        executor = Budget(
+            self.executor_max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens
+        )
         worker = Budget(1, self.worker_max_tokens, self.max_obs_tokens, self.max_context_tokens)
-        return {"policy": main, "planner": main, "thinker": main, "executor": executor, "worker": worker,
-                "searcher": main}
+        return {
+            "policy": main,
+            "planner": main,
+            "thinker": main,
+            "executor": executor,
+            "worker": worker,
+            "searcher": main,
+        }
 
     @property
     def metric(self) -> str:

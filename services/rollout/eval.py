@@ -45,11 +45,19 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     answer, error = episode.answer, None
                 except Exception as exc:  # one failed prompt is a scored miss, not the end of the eval
                     answer, error = None, repr(exc)[:300]
-            rows.append({"prompt_id": record.prompt_id, "data_source": record.data_source or "all",
-                         "question": record.question, "golden_answers": record.golden_answers,
-                         "prediction": answer, "error": error,
-                         "queries": (list(episode.search.queries) if episode else None),
-                         **answer_metrics(settings.agent, record, answer), **searched(record, episode)})
+            rows.append(
+                {
+                    "prompt_id": record.prompt_id,
+                    "data_source": record.data_source or "all",
+                    "question": record.question,
+                    "golden_answers": record.golden_answers,
+                    "prediction": answer,
+                    "error": error,
+                    "queries": (list(episode.search.queries) if episode else None),
+                    **answer_metrics(settings.agent, record, answer),
+                    **searched(record, episode),
+                }
+            )
 
         await asyncio.gather(*(one(r) for r in records))
     return {**summarise(rows), "model": model}
@@ -62,8 +70,10 @@ async def follow_live_policy(settings: RolloutSettings, state: PolicyState) -> N
     try:
         await WeightFollower(client, state, stream=settings.weights_stream, version_key=settings.version_key).start()
     except redis.RedisError as exc:
-        log.warning("Redis unreachable: evaluating the served base model, not the trained policy",
-                    extra={"model": state.model_name, "error": repr(exc)[:200]})
+        log.warning(
+            "Redis unreachable: evaluating the served base model, not the trained policy",
+            extra={"model": state.model_name, "error": repr(exc)[:200]},
+        )
     finally:
         client.close()
     log.info("evaluating", extra={"model": state.model_name, "version": state.version})
@@ -73,14 +83,23 @@ def summarise(rows: list[dict]) -> dict:
     by_source: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_source[row["data_source"]].append(row)
-    metrics = [k for k in ("em", "f1", "sub_em", "numeric", "search_entity", "search_hit")
-               if rows and all(k in r for r in rows)]
-    table = {src: {"n": len(rs), **{m: sum(r[m] for r in rs) / len(rs) for m in metrics}}
-             for src, rs in sorted(by_source.items())}
+    metrics = [
+        k
+        for k in ("em", "f1", "sub_em", "numeric", "search_entity", "search_hit")
+        if rows and all(k in r for r in rows)
+    ]
+    table = {
+        src: {"n": len(rs), **{m: sum(r[m] for r in rs) / len(rs) for m in metrics}}
+        for src, rs in sorted(by_source.items())
+    }
     if rows:
         table["ALL"] = {"n": len(rows), **{m: sum(r[m] for r in rows) / len(rows) for m in metrics}}
-    return {"metrics": metrics, "by_source": table, "failed": sum(r["error"] is not None for r in rows),
-            "rows": sorted(rows, key=lambda r: r["prompt_id"])}
+    return {
+        "metrics": metrics,
+        "by_source": table,
+        "failed": sum(r["error"] is not None for r in rows),
+        "rows": sorted(rows, key=lambda r: r["prompt_id"]),
+    }
 
 
 def format_table(result: dict) -> str:
@@ -93,15 +112,20 @@ def format_table(result: dict) -> str:
 
 def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     """Run the split, write the JSON file; returns its path and the result (``format_table`` renders it)."""
-    records = select_split(load_prompts(settings.dataset, settings.prompt_field, settings.gold_field), settings.split, settings.eval_fraction)
+    records = select_split(
+        load_prompts(settings.dataset, settings.prompt_field, settings.gold_field),
+        settings.split,
+        settings.eval_fraction,
+    )
     if settings.eval_limit:
         records = records[: settings.eval_limit]
     if not records:
         raise SystemExit(f"no prompts in split {settings.split!r} of {settings.dataset}")
     start = time.time()
     result = asyncio.run(evaluate(settings, records))
-    result.update(recipe=settings.agent, dataset=settings.dataset, split=settings.split,
-                  seconds=round(time.time() - start, 2))
+    result.update(
+        recipe=settings.agent, dataset=settings.dataset, split=settings.split, seconds=round(time.time() - start, 2)
+    )
     out = Path(settings.eval_output)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{settings.agent}-{settings.split}-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -17,26 +17,41 @@ class RolloutMetrics:
         self.episodes = Counter("coda_rollout_episodes_total", "Episodes finished", ["recipe"], registry=r)
         self.groups = Counter("coda_rollout_groups_total", "Groups by outcome", ["outcome"], registry=r)
         self.failures = Counter("coda_rollout_failures_total", "Failed groups by cause", ["cause"], registry=r)
-        self.episode_seconds = Histogram("coda_rollout_episode_seconds", "Episode wall time",
-                                         buckets=LATENCY_BUCKETS, registry=r)
-        self.turns = Histogram("coda_rollout_turns_per_episode", "Policy turns per episode (all roles)",
-                               buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30), registry=r)
+        self.episode_seconds = Histogram(
+            "coda_rollout_episode_seconds", "Episode wall time", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.turns = Histogram(
+            "coda_rollout_turns_per_episode",
+            "Policy turns per episode (all roles)",
+            buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30),
+            registry=r,
+        )
         self.tokens = Counter("coda_rollout_tokens_total", "Tokens in published samples", ["kind"], registry=r)
         self.reward = Histogram("coda_rollout_reward", "Episode reward", buckets=REWARD_BUCKETS, registry=r)
-        self.component = Gauge("coda_rollout_reward_component", "Mean reward component of the last group",
-                               ["component"], registry=r)
-        self.admission_wait = Histogram("coda_rollout_admission_wait_seconds", "Wait for an admission slot",
-                                        buckets=LATENCY_BUCKETS, registry=r)
-        self.staleness = Histogram("coda_rollout_staleness_versions",
-                                   "Live version at publish minus the oldest version of the group's tokens",
-                                   buckets=(0, 1, 2, 3, 4, 6, 8, 16), registry=r)
+        self.component = Gauge(
+            "coda_rollout_reward_component", "Mean reward component of the last group", ["component"], registry=r
+        )
+        self.admission_wait = Histogram(
+            "coda_rollout_admission_wait_seconds", "Wait for an admission slot", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.staleness = Histogram(
+            "coda_rollout_staleness_versions",
+            "Live version at publish minus the oldest version of the group's tokens",
+            buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+            registry=r,
+        )
         self.running = Gauge("coda_rollout_running_groups", "Groups in flight", registry=r)
         self.queued = Gauge("coda_rollout_queued_prompts", "Prompts waiting (including re-queued)", registry=r)
-        self.waiting = Gauge("coda_rollout_waiting_for_dependency",
-                             "1 while new groups are paused until this dependency answers again", ["dependency"],
-                             registry=r)
-        self.outages = Counter("coda_rollout_dependency_outages_total", "Outages that paused new groups",
-                               ["dependency"], registry=r)
-        self.paused_seconds = Counter("coda_rollout_paused_seconds_total",
-                                      "Seconds new groups were paused for dependency outages", registry=r)
+        self.waiting = Gauge(
+            "coda_rollout_waiting_for_dependency",
+            "1 while new groups are paused until this dependency answers again",
+            ["dependency"],
+            registry=r,
+        )
+        self.outages = Counter(
+            "coda_rollout_dependency_outages_total", "Outages that paused new groups", ["dependency"], registry=r
+        )
+        self.paused_seconds = Counter(
+            "coda_rollout_paused_seconds_total", "Seconds new groups were paused for dependency outages", registry=r
+        )
         self.version = Gauge(POLICY_VERSION, "Policy version the rollout samples with", ["service"], registry=r)

@@ -69,8 +69,10 @@ class DependencyGate:
         self.waiting_for, self.cause, self._since = dependency, cause, time.perf_counter()
         self.metrics.waiting.labels(dependency).set(1)
         self.metrics.outages.labels(dependency).inc()
-        log.warning("dependency down; pausing new groups until it answers", extra={
-            "dependency": dependency, "cause": cause, "first_probe_s": self._delay})
+        log.warning(
+            "dependency down; pausing new groups until it answers",
+            extra={"dependency": dependency, "cause": cause, "first_probe_s": self._delay},
+        )
 
     def ok(self) -> None:
         """A group succeeded: the next outage starts probing at ``first_s`` again."""
@@ -92,5 +94,8 @@ class DependencyGate:
         self.waiting_for, self.cause, self._resumed = None, None, time.perf_counter()
 
     def status(self) -> dict:
-        return {"waiting_for": self.waiting_for, "outage_cause": self.cause,
-                "outage_s": round(time.perf_counter() - self._since, 2) if self.waiting_for else None}
+        return {
+            "waiting_for": self.waiting_for,
+            "outage_cause": self.cause,
+            "outage_s": round(time.perf_counter() - self._since, 2) if self.waiting_for else None,
+        }

@@ -108,15 +108,27 @@ class Stats:
 
 
 class Producer:
-    def __init__(self, settings: RolloutSettings, ctx: AgentContext, *, publisher: StreamQueue,
-                 client: redis.Redis, admission: Admission, metrics: RolloutMetrics, prompts: PromptQueue,
-                 embed: Embedder) -> None:
+    def __init__(
+        self,
+        settings: RolloutSettings,
+        ctx: AgentContext,
+        *,
+        publisher: StreamQueue,
+        client: redis.Redis,
+        admission: Admission,
+        metrics: RolloutMetrics,
+        prompts: PromptQueue,
+        embed: Embedder,
+    ) -> None:
         self.s, self.ctx, self.publisher, self.r = settings, ctx, publisher, client
         self.admission, self.metrics, self.prompts, self.embed = admission, metrics, prompts, embed
         self.stats = Stats()
         self.failures: Counter[str] = Counter()
-        self.services = {"inference": settings.inference_url, "retriever": settings.retriever_url,
-                         "searcher": settings.searcher_url}
+        self.services = {
+            "inference": settings.inference_url,
+            "retriever": settings.retriever_url,
+            "searcher": settings.searcher_url,
+        }
         self.gate = DependencyGate(self._answers, metrics)
         self._tasks: set[asyncio.Task] = set()
 
@@ -173,8 +185,9 @@ class Producer:
         start = time.perf_counter()
         published = False
         try:
-            results = await asyncio.gather(*(self._episode(record) for _ in range(self.s.n_samples)),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._episode(record) for _ in range(self.s.n_samples)), return_exceptions=True
+            )
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 # One outage error means the group met the outage; blame that, not the prompt.
@@ -182,8 +195,12 @@ class Producer:
                 self._failed(record, (outages or errors)[0], start)
                 return
             try:
-                group = self._score(record, [r for r in results if not isinstance(r, BaseException)], version,
-                                    {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start})
+                group = self._score(
+                    record,
+                    [r for r in results if not isinstance(r, BaseException)],
+                    version,
+                    {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start},
+                )
                 await asyncio.to_thread(self._publish, group)
             except Exception as exc:  # a reward bug or Redis down: count it, keep the prompt, keep running
                 self._failed(record, exc, start)
@@ -195,8 +212,9 @@ class Producer:
             await self.admission.release(published)
             self.metrics.running.set(self.admission.running)
 
-    def _score(self, record: PromptRecord, results: list[tuple[Episode, float]], version: int,
-               timing: dict[str, float]) -> TrajectoryGroup:
+    def _score(
+        self, record: PromptRecord, results: list[tuple[Episode, float]], version: int, timing: dict[str, float]
+    ) -> TrajectoryGroup:
         episodes = [e for e, _ in results]
         rewards = combine_group(self.s, [score_episode(self.s, record, e, self.embed) for e in episodes])
         timing["episode_s_mean"] = sum(s for _, s in results) / len(results)
@@ -233,22 +251,38 @@ class Producer:
         if dependency is not None:  # not the prompt's fault: back in the queue uncounted, admission paused
             self.prompts.put_back(record)
             self.gate.down(dependency, cause, started)
-            log.debug("group failed in an outage; prompt re-queued", extra={"prompt_id": record.prompt_id,
-                                                                            "cause": cause})
+            log.debug(
+                "group failed in an outage; prompt re-queued", extra={"prompt_id": record.prompt_id, "cause": cause}
+            )
         elif self.prompts.requeue(record, self.s.max_prompt_failures):
-            log.warning("group failed; prompt re-queued", extra={"prompt_id": record.prompt_id, "cause": cause,
-                                                                 "error": repr(exc)[:300]})
+            log.warning(
+                "group failed; prompt re-queued",
+                extra={"prompt_id": record.prompt_id, "cause": cause, "error": repr(exc)[:300]},
+            )
         else:
             self.stats.dropped += 1
             self.metrics.groups.labels("dropped").inc()
-            log.error("prompt dropped after repeated failures", extra={"prompt_id": record.prompt_id,
-                                                                        "cause": cause})
+            log.error("prompt dropped after repeated failures", extra={"prompt_id": record.prompt_id, "cause": cause})
 
     def status(self) -> dict:
         a = self.admission
-        return {"recipe": self.s.agent, "version": self.version, "model": self.ctx.policy.state.model_name,
-                "admission": {"capacity": a.capacity, "running": a.running, "accepted": a.accepted,
-                              "max_staleness": a.max_staleness, "groups_per_step": a.groups_per_step},
-                "published": self.stats.published, "failed": self.stats.failed, "dropped": self.stats.dropped,
-                "episodes": self.stats.episodes, "failures_by_cause": dict(self.failures),
-                "queued_prompts": len(self.prompts), "epoch": self.prompts.epoch, **self.gate.status()}
+        return {
+            "recipe": self.s.agent,
+            "version": self.version,
+            "model": self.ctx.policy.state.model_name,
+            "admission": {
+                "capacity": a.capacity,
+                "running": a.running,
+                "accepted": a.accepted,
+                "max_staleness": a.max_staleness,
+                "groups_per_step": a.groups_per_step,
+            },
+            "published": self.stats.published,
+            "failed": self.stats.failed,
+            "dropped": self.stats.dropped,
+            "episodes": self.stats.episodes,
+            "failures_by_cause": dict(self.failures),
+            "queued_prompts": len(self.prompts),
+            "epoch": self.prompts.epoch,
+            **self.gate.status(),
+        }

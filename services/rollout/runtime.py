@@ -20,8 +20,9 @@ from shared.retry import RetryPolicy
 
 
 @contextlib.asynccontextmanager
-async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
-                        tok: TokenizerLike | None = None) -> AsyncIterator[AgentContext]:
+async def agent_context(
+    settings: RolloutSettings, *, greedy: bool = False, tok: TokenizerLike | None = None
+) -> AsyncIterator[AgentContext]:
     """An ``AgentContext`` with pooled clients for ``settings.agent``; closes them on exit."""
     policy_retry = RetryPolicy(attempts=settings.retry_attempts, backoff_s=settings.retry_backoff_s)
     # Keep-alive for every pooled connection: with many episodes in flight, a smaller keep-alive pool
@@ -29,27 +30,48 @@ async def agent_context(settings: RolloutSettings, *, greedy: bool = False,
     pool = 2 * settings.max_running_groups * settings.n_samples
     llm: InferenceClient | AiohttpCompletions
     if settings.llm_http == "aiohttp":
-        llm = AiohttpCompletions(settings.inference_url, timeout_s=settings.http_timeout_s, retry=policy_retry,
-                                 max_connections=pool)
+        llm = AiohttpCompletions(
+            settings.inference_url, timeout_s=settings.http_timeout_s, retry=policy_retry, max_connections=pool
+        )
     else:
-        llm = InferenceClient(settings.inference_url, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
-                              retry=policy_retry,
-                              limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
+        llm = InferenceClient(
+            settings.inference_url,
+            timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
+            retry=policy_retry,
+            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+        )
     needs = settings.recipe.needs
-    retriever = (AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry,
-                                      max_connections=256) if "retriever" in needs else None)
+    retriever = (
+        AsyncRetrieverClient(
+            settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry, max_connections=256
+        )
+        if "retriever" in needs
+        else None
+    )
     if retriever is not None and settings.retrieval_batch_ms > 0:
         retriever = BatchingRetriever(retriever, window_s=settings.retrieval_batch_ms / 1000)
-    searcher = (AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)
-                if "searcher" in needs else None)
+    searcher = (
+        AsyncSearcherClient(settings.searcher_url, timeout_s=settings.http_timeout_s, policy=policy_retry)
+        if "searcher" in needs
+        else None
+    )
     state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
     sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p)
-    frozen = FrozenGenerator(llm, settings.frozen_model_name or settings.model_name,
-                             Sampling(settings.frozen_temperature, 1.0))
-    ctx = AgentContext(tok=tok or load_tokenizer(settings.tokenizer), policy=PolicyGenerator(llm, state, sampling),
-                       retriever=retriever, frozen=frozen, searcher=searcher, budgets=settings.budgets(),
-                       topk=settings.topk, searcher_max_turns=settings.searcher_max_turns, stop=tuple(settings.stop),
-                       system_prompt=settings.system_prompt)
+    frozen = FrozenGenerator(
+        llm, settings.frozen_model_name or settings.model_name, Sampling(settings.frozen_temperature, 1.0)
+    )
+    ctx = AgentContext(
+        tok=tok or load_tokenizer(settings.tokenizer),
+        policy=PolicyGenerator(llm, state, sampling),
+        retriever=retriever,
+        frozen=frozen,
+        searcher=searcher,
+        budgets=settings.budgets(),
+        topk=settings.topk,
+        searcher_max_turns=settings.searcher_max_turns,
+        stop=tuple(settings.stop),
+        system_prompt=settings.system_prompt,
+    )
     try:
         yield ctx
     finally:

@@ -23,8 +23,7 @@ from services.rollout.embedding import Embedder
 from shared.protocol import TrajectoryGroup
 
 
-def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Episode,
-                  embed: Embedder) -> RewardResult:
+def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Episode, embed: Embedder) -> RewardResult:
     reward = load_reward(settings.reward_spec)
     return reward(episode, Scoring(record=record, settings=settings, metric=settings.metric, embed=embed))
 
@@ -62,16 +61,36 @@ def search_metrics(record: PromptRecord, episode: Episode | None) -> dict[str, f
     return out
 
 
-def build_group(settings: RolloutSettings, record: PromptRecord, episodes: Sequence[Episode],
-                rewards: Sequence[RewardResult], *, version: int, timing: dict[str, float]) -> TrajectoryGroup:
+def build_group(
+    settings: RolloutSettings,
+    record: PromptRecord,
+    episodes: Sequence[Episode],
+    rewards: Sequence[RewardResult],
+    *,
+    version: int,
+    timing: dict[str, float],
+) -> TrajectoryGroup:
     samples = []
     for episode, reward in zip(episodes, rewards, strict=True):
-        components = {**reward.components, **{f"answer_{k}": v for k, v in
-                                               answer_metrics(settings.agent, record, episode.answer).items()
-                                               if f"answer_{k}" not in reward.components}}
+        components = {
+            **reward.components,
+            **{
+                f"answer_{k}": v
+                for k, v in answer_metrics(settings.agent, record, episode.answer).items()
+                if f"answer_{k}" not in reward.components
+            },
+        }
         for traj in episode.trajectories:
             samples.append(traj.to_sample(reward.reward, components, text=traj.response_text))
-    return TrajectoryGroup(prompt_id=record.prompt_id, recipe=settings.agent, data_source=record.data_source,
-                           question=record.question, golden_answers=list(record.golden_answers),
-                           policy_version=version, samples=samples, created_at=time.time(), timing=timing,
-                           metadata={"n_samples": len(episodes), "split": record.split})
+    return TrajectoryGroup(
+        prompt_id=record.prompt_id,
+        recipe=settings.agent,
+        data_source=record.data_source,
+        question=record.question,
+        golden_answers=list(record.golden_answers),
+        policy_version=version,
+        samples=samples,
+        created_at=time.time(),
+        timing=timing,
+        metadata={"n_samples": len(episodes), "split": record.split},
+    )

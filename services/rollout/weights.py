@@ -24,10 +24,17 @@ log = get_logger(__name__)
 
 
 class WeightFollower:
-    def __init__(self, client: redis.Redis, state: PolicyState, *, stream: str = "weights",
-                 version_key: str = "policy:version", admission_key: str = ADMISSION_KEY,
-                 on_version: Callable[[int], Awaitable[None]] | None = None,
-                 on_consumed: Callable[[int], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        state: PolicyState,
+        *,
+        stream: str = "weights",
+        version_key: str = "policy:version",
+        admission_key: str = ADMISSION_KEY,
+        on_version: Callable[[int], Awaitable[None]] | None = None,
+        on_consumed: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
         self.r, self.state, self.stream, self.version_key = client, state, stream, version_key
         self.admission_key = admission_key
         self.on_version, self.on_consumed = on_version, on_consumed
@@ -71,8 +78,7 @@ class WeightFollower:
         """Tail the stream forever (cancel to stop); bad events are logged and skipped."""
         while True:
             try:
-                reply = await asyncio.to_thread(self.r.xread, {self.stream: self.last_id}, count=100,
-                                                block=block_ms)
+                reply = await asyncio.to_thread(self.r.xread, {self.stream: self.last_id}, count=100, block=block_ms)
             except redis.RedisError as exc:  # Redis restarting: keep the last id, try again shortly
                 log.warning("weights stream unreachable, retrying", extra={"error": repr(exc)[:200]})
                 await asyncio.sleep(1.0)

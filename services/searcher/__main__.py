@@ -8,9 +8,11 @@ from services.searcher.config import SearcherSettings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.searcher",
-                                     description="Searcher service: a frozen model runs a multi-turn search "
-                                                 "loop against the retriever and answers one query.")
+    parser = argparse.ArgumentParser(
+        prog="python -m services.searcher",
+        description="Searcher service: a frozen model runs a multi-turn search "
+        "loop against the retriever and answers one query.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve POST /search, /health and /metrics")
     SearcherSettings.add_arguments(serve)

@@ -34,29 +34,46 @@ def build_app(settings: SearcherSettings, *, tok=None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         retry = RetryPolicy(attempts=settings.retry_attempts)
-        llm = InferenceClient(settings.inference_url, retry=retry,
-                              timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0))
+        llm = InferenceClient(
+            settings.inference_url, retry=retry, timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0)
+        )
         retriever = AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=retry)
         tokenizer = tok or (CharTokenizer() if settings.tokenizer == "char" else HFTokenizer(settings.tokenizer))
         frozen = FrozenGenerator(llm, settings.model_name, Sampling(settings.temperature, 1.0))
-        app.state.ctx = AgentContext(tok=tokenizer, policy=frozen, frozen=frozen, retriever=retriever,
-                                     budgets={"searcher": settings.budget()}, topk=settings.topk)
+        app.state.ctx = AgentContext(
+            tok=tokenizer,
+            policy=frozen,
+            frozen=frozen,
+            retriever=retriever,
+            budgets={"searcher": settings.budget()},
+            topk=settings.topk,
+        )
         try:
             yield
         finally:
             await llm.aclose()
             await retriever.aclose()
 
-    app, registry = create_app("searcher", lifespan=lifespan, description=__doc__ or "",
-                               health_checks={"model": lambda: settings.model_name})
+    app, registry = create_app(
+        "searcher", lifespan=lifespan, description=__doc__ or "", health_checks={"model": lambda: settings.model_name}
+    )
     requests = Counter("coda_searcher_requests_total", "Search requests by outcome", ["outcome"], registry=registry)
-    searches = Histogram("coda_searcher_searches_per_request", "Retriever calls per request",
-                         buckets=(0, 1, 2, 3, 4, 6, 8), registry=registry)
-    seconds = Histogram("coda_searcher_request_seconds", "Search episode time", buckets=LATENCY_BUCKETS,
-                        registry=registry)
+    searches = Histogram(
+        "coda_searcher_searches_per_request",
+        "Retriever calls per request",
+        buckets=(0, 1, 2, 3, 4, 6, 8),
+        registry=registry,
+    )
+    seconds = Histogram(
+        "coda_searcher_request_seconds", "Search episode time", buckets=LATENCY_BUCKETS, registry=registry
+    )
 
-    @app.post("/search", response_model=SearchResponse, tags=["search"],
-              summary="Run a multi-turn search for one query and return the answer")
+    @app.post(
+        "/search",
+        response_model=SearchResponse,
+        tags=["search"],
+        summary="Run a multi-turn search for one query and return the answer",
+    )
     async def search(body: SearchRequest) -> SearchResponse:
         max_turns = body.max_turns or settings.max_turns
         if max_turns > settings.max_turns_limit:

@@ -27,9 +27,16 @@ async def run_searcher(ctx: AgentContext, query: str, max_turns: int) -> SearchR
         blocks, _ = await search_documents(ctx, [actions[0].content])
         return Observation.wrapped("information", blocks[0])
 
-    spec = RoleSpec(actions=("search", "answer"), invalid_message=INVALID_SEARCH_ACTION,
-                    budget=replace(ctx.budget("searcher"), max_turns=max_turns))
+    spec = RoleSpec(
+        actions=("search", "answer"),
+        invalid_message=INVALID_SEARCH_ACTION,
+        budget=replace(ctx.budget("searcher"), max_turns=max_turns),
+    )
     outcome = await run_turns(traj, llm, ctx.tok, spec, act)
     answer = outcome.answer
-    return SearchResponse(summary=answer if answer else SEARCHER_NO_ANSWER, trajectory=list(traj.pieces),
-                          num_searches=searches, success=bool(answer))
+    return SearchResponse(
+        summary=answer if answer else SEARCHER_NO_ANSWER,
+        trajectory=list(traj.pieces),
+        num_searches=searches,
+        success=bool(answer),
+    )

@@ -19,21 +19,33 @@ from services.stack.config import StackSettings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.stack", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m services.stack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="build, start, evaluate, train, evaluate again; print a summary")
     StackSettings.add_arguments(train)
     which = train.add_mutually_exclusive_group()
-    which.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
-                       help="continue RUN (a run folder), or without RUN the newest unfinished run of the recipe "
-                            "(the default when there is one)")
+    which.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="RUN",
+        help="continue RUN (a run folder), or without RUN the newest unfinished run of the recipe "
+        "(the default when there is one)",
+    )
     which.add_argument("--new", action="store_true", help="start a new run even if an unfinished one exists")
-    prep = sub.add_parser("prepare", help="compose's one-shot job: what `train` does before training, into the "
-                                          "recipe's paths (runs/...), each step skipped when already done")
+    prep = sub.add_parser(
+        "prepare",
+        help="compose's one-shot job: what `train` does before training, into the "
+        "recipe's paths (runs/...), each step skipped when already done",
+    )
     StackSettings.add_arguments(prep)
-    ev = sub.add_parser("eval", help="the held-out greedy eval of `train` against running services (compose: "
-                                     "URLs from CODA_ROLLOUT_*), compared with the step-0 eval")
+    ev = sub.add_parser(
+        "eval",
+        help="the held-out greedy eval of `train` against running services (compose: "
+        "URLs from CODA_ROLLOUT_*), compared with the step-0 eval",
+    )
     StackSettings.add_arguments(ev)
     ev.add_argument("--label", default="final", help="folder under runs/eval for this eval's JSON (default final)")
     sub.add_parser("config-reference", help="print the configuration reference (markdown) of every service")
@@ -113,8 +125,9 @@ def prepare(args: argparse.Namespace) -> int:
     settings = StackSettings.from_args(args)
     if args.setting__run_root is None:  # its logs and tokenizer text, next to the volumes' other runs
         settings = settings.model_copy(update={"run_root": str(COMPOSE_ROOT / "prepare")})
-    stack = LocalStack(args.recipe, settings, say=lambda m: say(m, "prepare"),
-                       layout=Layout.for_recipe(args.recipe, settings))
+    stack = LocalStack(
+        args.recipe, settings, say=lambda m: say(m, "prepare"), layout=Layout.for_recipe(args.recipe, settings)
+    )
     try:
         with Supervisor(stack.run / "logs") as sup:
             sft, before = stack.prepare_all(sup, serving=False)

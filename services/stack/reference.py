@@ -35,9 +35,12 @@ def shared_section(classes: list[tuple[str, type]]) -> list[str]:
     """The ``[shared]`` table: each key and the fields it sets, per service."""
     from shared.settings import SHARED_KEYS
 
-    rows = ["\n## `[shared]` — values several services read, written once\n",
-            "A service's own table wins over `[shared]` where both set a key.\n",
-            "| key | sets |", "|---|---|"]
+    rows = [
+        "\n## `[shared]` — values several services read, written once\n",
+        "A service's own table wins over `[shared]` where both set a key.\n",
+        "| key | sets |",
+        "|---|---|",
+    ]
     for key in sorted(SHARED_KEYS):
         sets = [f"`[{cls.toml_section}] {cls.shared_keys[key]}`" for _, cls in classes if key in cls.shared_keys]
         rows.append(f"| `{key}` | {', '.join(sets)} |")

@@ -75,16 +75,29 @@ def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pa
 def render_summary(run: Path, before: EvalResult, after: EvalResult, seconds: float) -> str:
     rows = read_log(run / "trainer" / "train.jsonl")
     steps = int(rows[-1].get("step", len(rows))) if rows else 0
-    lines = ["", "=" * 64, f"make train finished in {seconds / 60:.1f} min ({steps} optimizer steps)", "",
-             f"| greedy eval, held-out ({after.n} prompts) | step 0 | step {steps} |", "|---|---|---|"]
+    lines = [
+        "",
+        "=" * 64,
+        f"make train finished in {seconds / 60:.1f} min ({steps} optimizer steps)",
+        "",
+        f"| greedy eval, held-out ({after.n} prompts) | step 0 | step {steps} |",
+        "|---|---|---|",
+    ]
     for key in EVAL_METRICS:
         if key in before.metrics or key in after.metrics:
             b, a = before.metrics.get(key), after.metrics.get(key)
             lines.append(f"| {key} | {_fmt(b)} | {_fmt(a)} |")
     r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
     lines.append(f"| training reward (mean of first/last 5 steps) | {_fmt(r0)} | {_fmt(r1)} |")
-    lines += ["", f"plots:       {run / 'trainer'}/*.png", f"checkpoints: {run / 'checkpoints'}",
-              f"evals:       {before.path}", f"             {after.path}", f"logs:        {run / 'logs'}", "=" * 64]
+    lines += [
+        "",
+        f"plots:       {run / 'trainer'}/*.png",
+        f"checkpoints: {run / 'checkpoints'}",
+        f"evals:       {before.path}",
+        f"             {after.path}",
+        f"logs:        {run / 'logs'}",
+        "=" * 64,
+    ]
     return "\n".join(lines)
 
 

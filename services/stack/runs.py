@@ -50,8 +50,7 @@ def choose(root: Path, recipe: str, *, resume: str | None = None, new: bool = Fa
         return RunChoice(folder, True, f"resuming {folder} (--resume)")
     found = unfinished(root, recipe)
     if found:
-        return RunChoice(found[0], True, f"resuming the unfinished run {found[0]} of this recipe "
-                                         "(--new starts over)")
+        return RunChoice(found[0], True, f"resuming the unfinished run {found[0]} of this recipe (--new starts over)")
     if resume:
         raise FileNotFoundError(f"--resume: no unfinished run of {recipe} under {root}")
     return RunChoice(_create(root, recipe), False, "new run (no unfinished run of this recipe)")

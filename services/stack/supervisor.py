@@ -64,10 +64,18 @@ class Supervisor:
         service.log_path = self.log_dir / f"{service.name}.log"
         out = service.log_path.open("ab")
         env = {**os.environ, **service.env}
-        log.info("starting service", extra={"service": service.name, "cmd": " ".join(service.cmd),
-                                            "log": str(service.log_path)})
-        service.proc = subprocess.Popen(service.cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True, preexec_fn=_die_with(os.getpid()))
+        log.info(
+            "starting service",
+            extra={"service": service.name, "cmd": " ".join(service.cmd), "log": str(service.log_path)},
+        )
+        service.proc = subprocess.Popen(
+            service.cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid()),
+        )
         out.close()
         self.services.append(service)
         self.wait_healthy(service)
@@ -87,21 +95,29 @@ class Supervisor:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.5)
-        raise ServiceFailed(f"{service.name} was not healthy within {service.startup_timeout_s:.0f}s "
-                            f"({service.health_url}); last log lines:\n{service.tail()}")
+        raise ServiceFailed(
+            f"{service.name} was not healthy within {service.startup_timeout_s:.0f}s "
+            f"({service.health_url}); last log lines:\n{service.tail()}"
+        )
 
     def _check_alive(self, service: Service) -> None:
         if service.proc and service.proc.poll() is not None:
-            raise ServiceFailed(f"{service.name} exited with code {service.proc.returncode}; "
-                                f"last log lines:\n{service.tail()}")
+            raise ServiceFailed(
+                f"{service.name} exited with code {service.proc.returncode}; last log lines:\n{service.tail()}"
+            )
 
     def check(self) -> None:
         """Raise if any long-running child has died."""
         for service in self.services:
             self._check_alive(service)
 
-    def wait_for(self, service: Service, timeout_s: float | None = None,
-                 on_tick: Callable[[], None] | None = None, tick_s: float = 5.0) -> int:
+    def wait_for(
+        self,
+        service: Service,
+        timeout_s: float | None = None,
+        on_tick: Callable[[], None] | None = None,
+        tick_s: float = 5.0,
+    ) -> int:
         """Wait for ``service`` to exit by itself while the others stay up; returns its exit code."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         last_tick = time.monotonic()
@@ -144,10 +160,13 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     if time.monotonic() >= start + grace:
                         break
-                    log.info("waiting for service to stop", extra={
-                        "service": service.name, "waited_s": round(time.monotonic() - start), "grace_s": grace})
-            log.warning("service did not stop within its grace, killing", extra={"service": service.name,
-                                                                                 "grace_s": grace})
+                    log.info(
+                        "waiting for service to stop",
+                        extra={"service": service.name, "waited_s": round(time.monotonic() - start), "grace_s": grace},
+                    )
+            log.warning(
+                "service did not stop within its grace, killing", extra={"service": service.name, "grace_s": grace}
+            )
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         except ProcessLookupError:

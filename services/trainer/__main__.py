@@ -21,19 +21,29 @@ from services.trainer.config import TrainerSettings
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m services.trainer", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m services.trainer",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="consume trajectory groups, train, checkpoint, publish weights",
-                           description="GRPO (+ RED SFT co-training) from the Redis stream. "
-                                       "The deepspeed launcher's --local_rank is accepted and ignored.")
+    train = sub.add_parser(
+        "train",
+        help="consume trajectory groups, train, checkpoint, publish weights",
+        description="GRPO (+ RED SFT co-training) from the Redis stream. "
+        "The deepspeed launcher's --local_rank is accepted and ignored.",
+    )
     train.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     TrainerSettings.add_arguments(train)
     from services.trainer.make_sft import add_arguments
 
-    add_arguments(sub.add_parser("make-sft", help="build SFT demonstrations from gold answers and retrieved docs",
-                                 description="Demonstrations for RED co-training: real retrieval, documents "
-                                             "masked out of the loss."))
+    add_arguments(
+        sub.add_parser(
+            "make-sft",
+            help="build SFT demonstrations from gold answers and retrieved docs",
+            description="Demonstrations for RED co-training: real retrieval, documents masked out of the loss.",
+        )
+    )
     return parser
 
 

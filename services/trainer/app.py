@@ -32,12 +32,21 @@ def build_app(get_trainer) -> tuple[FastAPI, CollectorRegistry]:
         if trainer is None or not trainer.ready.is_set():
             return {"ready": False}
         st = trainer.state
-        out = {"ready": True, "step": st.step, "version": st.version, "tokens": st.tokens,
-               "groups_trained": st.groups_trained, "dropped_stale": st.dropped_stale,
-               "steps_without_rl": trainer.steps_without_rl, "warnings": []}
+        out = {
+            "ready": True,
+            "step": st.step,
+            "version": st.version,
+            "tokens": st.tokens,
+            "groups_trained": st.groups_trained,
+            "dropped_stale": st.dropped_stale,
+            "steps_without_rl": trainer.steps_without_rl,
+            "warnings": [],
+        }
         if trainer.steps_without_rl:
-            out["warnings"].append(f"no RL sample trained in the last {trainer.steps_without_rl} step(s)"
-                                   " (stale or untrained samples): see coda_trainer_steps_without_rl_total")
+            out["warnings"].append(
+                f"no RL sample trained in the last {trainer.steps_without_rl} step(s)"
+                " (stale or untrained samples): see coda_trainer_steps_without_rl_total"
+            )
         return out
 
     return app, registry

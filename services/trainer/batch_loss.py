@@ -27,9 +27,17 @@ _ADDITIVE = {"pg_loss", "loss"}
 
 
 def loss_config(s: TrainerSettings) -> LossConfig:
-    return LossConfig(clip=ClipConfig(clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip),
-                      agg=s.loss_agg, kl_coef=s.kl_coef, kl_estimator=s.kl_estimator, entropy_coef=s.entropy_coef,
-                      is_mode=s.is_mode, is_cap=s.is_cap, is_seq_min=s.is_seq_min, is_seq_max=s.is_seq_max)
+    return LossConfig(
+        clip=ClipConfig(clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip),
+        agg=s.loss_agg,
+        kl_coef=s.kl_coef,
+        kl_estimator=s.kl_estimator,
+        entropy_coef=s.entropy_coef,
+        is_mode=s.is_mode,
+        is_cap=s.is_cap,
+        is_seq_min=s.is_seq_min,
+        is_seq_max=s.is_seq_max,
+    )
 
 
 @dataclass
@@ -42,14 +50,21 @@ class Objective:
     def __post_init__(self) -> None:
         self.cfg = loss_config(self.settings)
 
-    def __call__(self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch,
-                 norms: dict[str, float]) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(
+        self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch, norms: dict[str, float]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         sampler = batch.fields["old_logp"]
         bypass = self.cfg.is_mode == "none"
-        inputs = LossInputs(logp=logp, old_logp=sampler if bypass else logp.detach(), advantages=batch.fields["adv"],
-                            mask=batch.target_mask, ref_logp=batch.fields.get("ref_logp"),
-                            sampler_logp=None if bypass else sampler, entropy=entropy,
-                            segment_ids=batch.seq.to(logp.device))
+        inputs = LossInputs(
+            logp=logp,
+            old_logp=sampler if bypass else logp.detach(),
+            advantages=batch.fields["adv"],
+            mask=batch.target_mask,
+            ref_logp=batch.fields.get("ref_logp"),
+            sampler_logp=None if bypass else sampler,
+            entropy=entropy,
+            segment_ids=batch.seq.to(logp.device),
+        )
         normaliser = norms["tokens"] if self.cfg.agg == "token-mean" else norms["sequences"]
         loss, metrics = rl_loss(inputs, self.cfg, normaliser)
         if bypass:  # how far the trainer's logprobs are from the sampler's (0 on-policy with synced weights)

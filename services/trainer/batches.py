@@ -34,8 +34,14 @@ class GroupReader:
     here; later reads take new entries.
     """
 
-    def __init__(self, queue: StreamQueue[TrajectoryGroup], covered: list[str], block_ms: int = 1000,
-                 check: Callable[[TrajectoryGroup], None] | None = None, patience: Patience | None = None) -> None:
+    def __init__(
+        self,
+        queue: StreamQueue[TrajectoryGroup],
+        covered: list[str],
+        block_ms: int = 1000,
+        check: Callable[[TrajectoryGroup], None] | None = None,
+        patience: Patience | None = None,
+    ) -> None:
         """``check`` raises ``ValueError`` for a group to dead-letter (installed on ``queue``)."""
         self.queue = queue
         self.block_ms = block_ms
@@ -83,8 +89,9 @@ def group_check(vocab_size: int) -> Callable[[TrajectoryGroup], None]:
         for s in group.samples:
             bad = [t for t in s.token_ids if not 0 <= t < vocab_size]
             if bad:
-                raise ValueError(f"sample {s.sample_id}: token id {bad[0]} outside the model's vocabulary "
-                                 f"of {vocab_size}")
+                raise ValueError(
+                    f"sample {s.sample_id}: token id {bad[0]} outside the model's vocabulary of {vocab_size}"
+                )
             if not all(map(math.isfinite, s.logprobs)):
                 raise ValueError(f"sample {s.sample_id}: non-finite logprob")
             if not all(map(math.isfinite, [s.reward, *s.reward_components.values()])):
@@ -110,8 +117,9 @@ def teaching(seqs: list[TrainSeq]) -> tuple[list[TrainSeq], int]:
     return [replace(s, index=i) for i, s in enumerate(kept)], len(seqs) - len(kept)
 
 
-def to_sequences(groups: list[TrajectoryGroup], advantages: dict[str, float], version: int,
-                 max_staleness: int, policy: str) -> tuple[list[TrainSeq], int]:
+def to_sequences(
+    groups: list[TrajectoryGroup], advantages: dict[str, float], version: int, max_staleness: int, policy: str
+) -> tuple[list[TrainSeq], int]:
     """One ``TrainSeq`` per trainable sample with per-token fields ``old_logp``, ``adv`` and ``lag``.
 
     ``advantages`` maps ``"group_id/sample_id"`` to the sample's advantage, computed on the full groups
@@ -132,6 +140,12 @@ def to_sequences(groups: list[TrajectoryGroup], advantages: dict[str, float], ve
             adv = advantages[f"{g.group_id}/{s.sample_id}"]
             n = len(s.token_ids)
             token_lag = [float(max(0, version - v)) if m else 0.0 for v, m in zip(s.versions, s.loss_mask, strict=True)]
-            seqs.append(TrainSeq(tokens=list(s.token_ids), mask=list(s.loss_mask), index=len(seqs),
-                                 fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "lag": token_lag}))
+            seqs.append(
+                TrainSeq(
+                    tokens=list(s.token_ids),
+                    mask=list(s.loss_mask),
+                    index=len(seqs),
+                    fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "lag": token_lag},
+                )
+            )
     return seqs, dropped

@@ -155,8 +155,9 @@ def save(engine, state: TrainState, root: str | Path, keep: int, rank: int, worl
 def load(engine, path: Path, rank: int) -> TrainState:
     """Restore ``engine`` (model, optimizer, scheduler) and this rank's RNG from ``path``; returns the state."""
     lora = hasattr(engine.module.lm, "peft_config")
-    load_path, _ = engine.load_checkpoint(str(path), tag=DS_TAG, load_optimizer_states=True,
-                                          load_lr_scheduler_states=True, load_module_strict=not lora)
+    load_path, _ = engine.load_checkpoint(
+        str(path), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True, load_module_strict=not lora
+    )
     if load_path is None:
         raise RuntimeError(f"DeepSpeed could not load the checkpoint in {path}")
     rng = path / f"rng-{rank}.pt"

@@ -28,8 +28,13 @@ log = get_logger(__name__)
 def init_distributed() -> torch.device:
     """Join (or create) the process group; returns this rank's device."""
     if "RANK" not in os.environ:  # a lone process, not launched by torchrun/deepspeed
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())),
+        )
     import deepspeed
     from transformers.utils import logging as hf_logging
 
@@ -64,8 +69,13 @@ def load_lm(path: str, settings: TrainerSettings, dtype: torch.dtype) -> nn.Modu
     if settings.finetune == "lora":
         from peft import LoraConfig, get_peft_model
 
-        cfg = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                         target_modules=list(settings.lora_targets), task_type="CAUSAL_LM")
+        cfg = LoraConfig(
+            r=settings.lora_rank,
+            lora_alpha=settings.lora_alpha,
+            lora_dropout=settings.lora_dropout,
+            target_modules=list(settings.lora_targets),
+            task_type="CAUSAL_LM",
+        )
         lm = get_peft_model(lm, cfg)
     return lm
 
@@ -76,8 +86,9 @@ def load_reference(settings: TrainerSettings, device: torch.device, dtype: torch
         return None
     from transformers import AutoModelForCausalLM
 
-    lm = AutoModelForCausalLM.from_pretrained(settings.reference_model or settings.model, dtype=dtype,
-                                              attn_implementation="sdpa")
+    lm = AutoModelForCausalLM.from_pretrained(
+        settings.reference_model or settings.model, dtype=dtype, attn_implementation="sdpa"
+    )
     lm.requires_grad_(False)
     return PolicyLogprobs(lm, settings.logprob_chunk, settings.temperature).to(device).eval()
 
@@ -118,15 +129,37 @@ def build_engine(settings: TrainerSettings, device: torch.device) -> Engine:
     dtype = param_dtype(settings, device)
     policy = PolicyLogprobs(load_lm(settings.model, settings, dtype), settings.logprob_chunk, settings.temperature)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=tuple(settings.betas),
-                                  weight_decay=settings.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(
-        lr_multiplier, warmup=settings.warmup_steps, total=settings.max_steps, schedule=settings.lr_schedule,
-        min_ratio=settings.lr_min_ratio, decay_steps=settings.lr_decay_steps))
-    engine, _, _, _ = deepspeed.initialize(model=policy, model_parameters=params, optimizer=optimizer,
-                                           lr_scheduler=scheduler, config=ds_config(settings, dtype))
+    optimizer = torch.optim.AdamW(
+        params, lr=settings.lr, betas=tuple(settings.betas), weight_decay=settings.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        functools.partial(
+            lr_multiplier,
+            warmup=settings.warmup_steps,
+            total=settings.max_steps,
+            schedule=settings.lr_schedule,
+            min_ratio=settings.lr_min_ratio,
+            decay_steps=settings.lr_decay_steps,
+        ),
+    )
+    engine, _, _, _ = deepspeed.initialize(
+        model=policy,
+        model_parameters=params,
+        optimizer=optimizer,
+        lr_scheduler=scheduler,
+        config=ds_config(settings, dtype),
+    )
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    log.info("engine ready", extra={"zero_stage": settings.zero_stage, "finetune": settings.finetune,
-                                    "trainable": sum(p.numel() for p in params), "world": world,
-                                    "device": str(device), "dtype": str(dtype)})
+    log.info(
+        "engine ready",
+        extra={
+            "zero_stage": settings.zero_stage,
+            "finetune": settings.finetune,
+            "trainable": sum(p.numel() for p in params),
+            "world": world,
+            "device": str(device),
+            "dtype": str(dtype),
+        },
+    )
     return Engine(engine=engine, policy=engine.module, device=device, rank=rank, world=world)

@@ -14,8 +14,9 @@ from torch.utils.checkpoint import checkpoint
 from services.trainer.packing import MicroBatch
 
 
-def _head_chunk(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _head_chunk(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -41,19 +42,26 @@ class PolicyLogprobs(nn.Module):
         """The transformers model (under a peft wrapper if there is one)."""
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                targets: torch.Tensor, select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        targets: torch.Tensor,
+        select: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprobs, entropies)`` of ``targets``, shaped like ``input_ids``; 0 where ``select`` is False."""
         base = self.base()
-        hidden = base.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                                    use_cache=False).last_hidden_state
+        hidden = base.get_decoder()(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
         head = base.get_output_embeddings()
         where = select.bool()
         h = hidden[where]
         t = targets[where]
         logps, ents = [], []
         for i in range(0, h.shape[0], self.chunk):
-            args = (head, h[i:i + self.chunk], t[i:i + self.chunk], self.temperature)
+            args = (head, h[i : i + self.chunk], t[i : i + self.chunk], self.temperature)
             if torch.is_grad_enabled():
                 lp, en = checkpoint(_head_chunk, *args, use_reentrant=False)
             else:
@@ -81,8 +89,9 @@ def batch_inputs(batch: MicroBatch, device: torch.device, all_positions: bool = 
 
 
 @torch.no_grad()
-def sequence_logprobs(policy: PolicyLogprobs, batches: list[MicroBatch], device: torch.device,
-                      all_positions: bool = True) -> dict[int, list[float]]:
+def sequence_logprobs(
+    policy: PolicyLogprobs, batches: list[MicroBatch], device: torch.device, all_positions: bool = True
+) -> dict[int, list[float]]:
     """Per-sequence token logprobs (token 0 gets 0.0): for tests, the reference model and sync checks."""
     from services.trainer.packing import unpack
 

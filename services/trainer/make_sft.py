@@ -42,17 +42,32 @@ from recipes.prompts import (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model folder whose tokenizer encodes the demonstrations")
     p.add_argument("--retriever-url", required=True, help="retriever base URL (POST /retrieve)")
-    p.add_argument("--qa", type=Path, default=Path("data/hotpotqa/qa_supported.jsonl"),
-                   help="QA JSONL with id, question, golden_answers (FlashRAG layout)")
+    p.add_argument(
+        "--qa",
+        type=Path,
+        default=Path("data/hotpotqa/qa_supported.jsonl"),
+        help="QA JSONL with id, question, golden_answers (FlashRAG layout)",
+    )
     p.add_argument("--out", type=Path, required=True, help="demonstrations JSONL to write")
     p.add_argument("--topk", type=int, default=3, help="documents per search (default 3)")
-    p.add_argument("--format", choices=["search", "coda"], default="search",
-                   help="flat search agent (search-r1, thinker) or CoDA planner + executor demonstrations")
-    p.add_argument("--no-think", dest="think", action="store_false",
-                   help="leave out the fixed <think> sentences before each action")
+    p.add_argument(
+        "--format",
+        choices=["search", "coda"],
+        default="search",
+        help="flat search agent (search-r1, thinker) or CoDA planner + executor demonstrations",
+    )
+    p.add_argument(
+        "--no-think",
+        dest="think",
+        action="store_false",
+        help="leave out the fixed <think> sentences before each action",
+    )
     p.add_argument("--limit", type=int, default=0, help="use at most this many questions (0 = all)")
-    p.add_argument("--keep-unsupported", action="store_true",
-                   help="keep questions whose retrieved documents do not support the answer")
+    p.add_argument(
+        "--keep-unsupported",
+        action="store_true",
+        help="keep questions whose retrieved documents do not support the answer",
+    )
 
 
 def supported(docs_text: str, golds: list[str], titles: list[str], supporting: list[str]) -> bool:
@@ -82,12 +97,15 @@ def _thought(text: str, think: bool) -> str:
 def demonstration(tok, question: str, gold: str, docs_text: str, think: bool = True) -> tuple[list[int], list[int]]:
     """Token ids and loss mask of one flat search demonstration (layout in the module docstring)."""
     before, after = OBSERVATION_WRAP["information"]
-    return _assemble(tok, [
-        (tok.render(search_agent_messages(question)), 0),
-        (tok.encode(f"{_thought('I should look this up.', think)}<search> {question.strip()} </search>"), 1),
-        (tok.encode(f"{before}{docs_text}{after}"), 0),
-        (tok.encode(f"{_thought('The passages give the answer.', think)}<answer> {gold} </answer>"), 1),
-    ])
+    return _assemble(
+        tok,
+        [
+            (tok.render(search_agent_messages(question)), 0),
+            (tok.encode(f"{_thought('I should look this up.', think)}<search> {question.strip()} </search>"), 1),
+            (tok.encode(f"{before}{docs_text}{after}"), 0),
+            (tok.encode(f"{_thought('The passages give the answer.', think)}<answer> {gold} </answer>"), 1),
+        ],
+    )
 
 
 def evidence(passages: list[str], gold: str) -> str:
@@ -99,29 +117,41 @@ def evidence(passages: list[str], gold: str) -> str:
     return sentences[0] if sentences else ""
 
 
-def coda_demonstrations(tok, question: str, gold: str, docs_text: str, passages: list[str],
-                        think: bool = True) -> list[tuple[str, list[int], list[int]]]:
+def coda_demonstrations(
+    tok, question: str, gold: str, docs_text: str, passages: list[str], think: bool = True
+) -> list[tuple[str, list[int], list[int]]]:
     """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
     d_before, d_after = OBSERVATION_WRAP["documents"]
     r_before, r_after = OBSERVATION_WRAP["result"]
-    executor = _assemble(tok, [
-        (tok.render(executor_messages(question)), 0),
-        (tok.encode(f"{_thought('I need to search for this.', think)}<search> {question.strip()} </search>"), 1),
-        (tok.encode(f"{d_before}{docs_text}{d_after}"), 0),
-        (tok.encode(f"<refine> {evidence(passages, gold)} </refine>\n<answer> {gold} </answer>"), 1),
-    ])
-    planner = _assemble(tok, [
-        (tok.render(planner_messages(question)), 0),
-        (tok.encode(f"{_thought('One fact settles this; I will ask for it.', think)}<task> {question.strip()} </task>"),
-         1),
-        (tok.encode(f"{r_before}{gold}{r_after}"), 0),
-        (tok.encode(f"{_thought('The helper found the answer.', think)}<answer> {gold} </answer>"), 1),
-    ])
+    executor = _assemble(
+        tok,
+        [
+            (tok.render(executor_messages(question)), 0),
+            (tok.encode(f"{_thought('I need to search for this.', think)}<search> {question.strip()} </search>"), 1),
+            (tok.encode(f"{d_before}{docs_text}{d_after}"), 0),
+            (tok.encode(f"<refine> {evidence(passages, gold)} </refine>\n<answer> {gold} </answer>"), 1),
+        ],
+    )
+    planner = _assemble(
+        tok,
+        [
+            (tok.render(planner_messages(question)), 0),
+            (
+                tok.encode(
+                    f"{_thought('One fact settles this; I will ask for it.', think)}<task> {question.strip()} </task>"
+                ),
+                1,
+            ),
+            (tok.encode(f"{r_before}{gold}{r_after}"), 0),
+            (tok.encode(f"{_thought('The helper found the answer.', think)}<answer> {gold} </answer>"), 1),
+        ],
+    )
     return [("executor", *executor), ("planner", *planner)]
 
 
-def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False,
-          fmt: str = "search", think: bool = True) -> list[dict]:
+def build(
+    rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False, fmt: str = "search", think: bool = True
+) -> list[dict]:
     """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
     results = retriever.retrieve([r["question"] for r in rows], topk=topk)
     out = []
@@ -136,8 +166,16 @@ def build(rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = 
         else:
             demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text, think))]
         for role, ids, mask in demos:
-            out.append({"id": row.get("id"), "role": role, "token_ids": ids, "loss_mask": mask,
-                        "doc_ids": [d.id for d in docs], "answer": golds[0]})
+            out.append(
+                {
+                    "id": row.get("id"),
+                    "role": role,
+                    "token_ids": ids,
+                    "loss_mask": mask,
+                    "doc_ids": [d.id for d in docs],
+                    "answer": golds[0],
+                }
+            )
     return out
 
 
@@ -156,5 +194,7 @@ def run(args: argparse.Namespace) -> str:
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))
     tmp.replace(args.out)
-    return (f"wrote {len(demos)} demonstrations ({len(rows) - len(demos)} questions without supporting "
-            f"documents skipped) to {args.out}")
+    return (
+        f"wrote {len(demos)} demonstrations ({len(rows) - len(demos)} questions without supporting "
+        f"documents skipped) to {args.out}"
+    )

@@ -22,23 +22,57 @@ log = get_logger(__name__)
 
 # Prometheus name (without the prefix) → record key.
 GAUGES = {
-    "step": "step", "step_seconds": "step_seconds", "tokens_per_second": "tokens_per_second",
-    "loss": "loss", "pg_loss": "pg_loss", "kl": "kl", "entropy": "rl_entropy", "sft_loss": "sft_loss",
-    "clip_fraction": "clip_fraction", "is_weight_mean": "is_weight_mean", "is_ess": "is_ess",
-    "is_seq_masked_fraction": "is_seq_masked_fraction", "mismatch_kl": "mismatch_kl_k3",
-    "staleness_mean": "lag_mean", "staleness_max": "staleness_max", "dropped_stale_total": "dropped_stale",
-    "red_weight": "red/final_weight", "red_entropy_weight": "red/entropy_weight",
-    "red_accuracy_factor": "red/accuracy_factor", "red_sft_weight": "red/sft_loss_weight",
-    "reward_mean": "reward_mean", "grad_norm": "grad_norm", "lr": "lr", "queue_lag": "queue_lag",
-    "queue_pending": "queue_pending", "weight_sync_seconds": "publish_seconds", "sync_max_abs_diff": "sync_max_abs_diff",
+    "step": "step",
+    "step_seconds": "step_seconds",
+    "tokens_per_second": "tokens_per_second",
+    "loss": "loss",
+    "pg_loss": "pg_loss",
+    "kl": "kl",
+    "entropy": "rl_entropy",
+    "sft_loss": "sft_loss",
+    "clip_fraction": "clip_fraction",
+    "is_weight_mean": "is_weight_mean",
+    "is_ess": "is_ess",
+    "is_seq_masked_fraction": "is_seq_masked_fraction",
+    "mismatch_kl": "mismatch_kl_k3",
+    "staleness_mean": "lag_mean",
+    "staleness_max": "staleness_max",
+    "dropped_stale_total": "dropped_stale",
+    "red_weight": "red/final_weight",
+    "red_entropy_weight": "red/entropy_weight",
+    "red_accuracy_factor": "red/accuracy_factor",
+    "red_sft_weight": "red/sft_loss_weight",
+    "reward_mean": "reward_mean",
+    "grad_norm": "grad_norm",
+    "lr": "lr",
+    "queue_lag": "queue_lag",
+    "queue_pending": "queue_pending",
+    "weight_sync_seconds": "publish_seconds",
+    "sync_max_abs_diff": "sync_max_abs_diff",
 }
-PLOTTED = ("reward_mean", "loss", "pg_loss", "kl", "rl_entropy", "sft_loss", "red/final_weight", "clip_fraction",
-           "tokens_per_second")
+PLOTTED = (
+    "reward_mean",
+    "loss",
+    "pg_loss",
+    "kl",
+    "rl_entropy",
+    "sft_loss",
+    "red/final_weight",
+    "clip_fraction",
+    "tokens_per_second",
+)
 
 
 class Observer:
-    def __init__(self, registry: CollectorRegistry | None, log_dir: str, plot_every: int = 10,
-                 wandb_project: str | None = None, wandb_mode: str = "offline", config: dict | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None,
+        log_dir: str,
+        plot_every: int = 10,
+        wandb_project: str | None = None,
+        wandb_mode: str = "offline",
+        config: dict | None = None,
+    ) -> None:
         self.dir = Path(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / "train.jsonl"
@@ -46,15 +80,25 @@ class Observer:
         self.gauges: dict[str, Gauge] = {}
         self.version = self.publish_hist = self.no_rl = None
         if registry is not None:
-            self.gauges = {k: Gauge(f"coda_trainer_{k}", f"Trainer {k.replace('_', ' ')} (last step)",
-                                    registry=registry) for k in GAUGES}
+            self.gauges = {
+                k: Gauge(f"coda_trainer_{k}", f"Trainer {k.replace('_', ' ')} (last step)", registry=registry)
+                for k in GAUGES
+            }
             self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
-            self.publish_hist = Histogram("coda_trainer_weight_sync_seconds_hist", "Weight publish latency",
-                                          buckets=LATENCY_BUCKETS, registry=registry)
+            self.publish_hist = Histogram(
+                "coda_trainer_weight_sync_seconds_hist",
+                "Weight publish latency",
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
+            )
             # Training on nothing must be visible: steps whose RL samples were all dropped (or untrained).
-            self.no_rl = Counter("coda_trainer_steps_without_rl", "Steps that trained no RL token, by what they "
-                                 "trained instead (sft: demonstrations only; nothing: no step was taken)",
-                                 ["trained"], registry=registry)
+            self.no_rl = Counter(
+                "coda_trainer_steps_without_rl",
+                "Steps that trained no RL token, by what they "
+                "trained instead (sft: demonstrations only; nothing: no step was taken)",
+                ["trained"],
+                registry=registry,
+            )
         self.run = None
         if wandb_project:
             import wandb
@@ -107,8 +151,10 @@ class Observer:
 
         steps = sorted(hist)
         reward_keys = sorted({k for r in hist.values() for k in r if k.startswith("reward/")})
-        for name, keys in (("losses", [k for k in PLOTTED if any(k in r for r in hist.values())]),
-                           ("rewards", ["reward_mean", *reward_keys])):
+        for name, keys in (
+            ("losses", [k for k in PLOTTED if any(k in r for r in hist.values())]),
+            ("rewards", ["reward_mean", *reward_keys]),
+        ):
             keys = [k for k in keys if any(k in r for r in hist.values())]
             if not keys:
                 continue

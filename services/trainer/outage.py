@@ -73,8 +73,10 @@ class Patience:
                 error = f"{type(exc).__name__}: {exc}"[:300]
                 if down_since is None:
                     down_since = now
-                    log.warning(f"{what} unreachable: waiting for it",
-                                extra={"dependency": what, "error": error, "give_up_s": self.give_up_s})
+                    log.warning(
+                        f"{what} unreachable: waiting for it",
+                        extra={"dependency": what, "error": error, "give_up_s": self.give_up_s},
+                    )
                 deadline = down_since + self.give_up_s
                 if self.stop is not None and self.stop.is_set():
                     stop_deadline = stop_deadline or now + self.stop_grace_s
@@ -86,8 +88,9 @@ class Patience:
                 wait = min(wait * 2, self.max_backoff_s)
                 continue
             if down_since is not None:
-                log.info(f"{what} is back", extra={"dependency": what,
-                                                   "down_s": round(time.monotonic() - down_since, 1)})
+                log.info(
+                    f"{what} is back", extra={"dependency": what, "down_s": round(time.monotonic() - down_since, 1)}
+                )
             return result
 
     def _sleep(self, seconds: float) -> None:

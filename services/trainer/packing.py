@@ -180,5 +180,9 @@ def unpack(values: torch.Tensor, batch: MicroBatch, out: dict[int, list[float]])
 
 def empty_batch(field_names: list[str]) -> MicroBatch:
     """A one-token batch with nothing to train: keeps ranks in step when one has fewer micro-batches."""
-    return _batch([[TrainSeq(tokens=[0], mask=[0], fields={k: [0.0] for k in field_names}, index=-1)]], 1,
-                  field_names, packed=True)
+    return _batch(
+        [[TrainSeq(tokens=[0], mask=[0], fields={k: [0.0] for k in field_names}, index=-1)]],
+        1,
+        field_names,
+        packed=True,
+    )

@@ -78,9 +78,19 @@ def write_weights(engine, root: Path, version: int, kind: str) -> Path | None:
 class Publisher:
     """Pushes versions to one inference server and to Redis; rank 0 only (ranks > 0 just join the gather)."""
 
-    def __init__(self, engine, weights_dir: str, kind: str, client: SyncInferenceClient | None, redis,
-                 weights_stream: str, version_key: str, keep: int, served_model: str = "policy",
-                 admission_key: str = ADMISSION_KEY) -> None:
+    def __init__(
+        self,
+        engine,
+        weights_dir: str,
+        kind: str,
+        client: SyncInferenceClient | None,
+        redis,
+        weights_stream: str,
+        version_key: str,
+        keep: int,
+        served_model: str = "policy",
+        admission_key: str = ADMISSION_KEY,
+    ) -> None:
         self.engine = engine
         self.root = Path(weights_dir)
         self.kind = kind
@@ -116,8 +126,9 @@ class Publisher:
         if self.redis is not None:
             self.redis.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
 
-    def publish(self, version: int, step: int, announce: bool = True,
-                consumed: int | None = None) -> WeightUpdate | None:
+    def publish(
+        self, version: int, step: int, announce: bool = True, consumed: int | None = None
+    ) -> WeightUpdate | None:
         """Write, load and (``announce``) announce ``version``; returns the event on rank 0, else None.
 
         ``announce=False`` re-sends weights the server may have lost (a restart) under a version Redis
@@ -137,9 +148,15 @@ class Publisher:
                 # was wiped while the server kept its adapters (a new name is a 404 no-op to unload).
                 self._load(self.client, version, path, replace=True)
             seconds = time.perf_counter() - start
-            event = WeightUpdate(version=version, kind=self.kind,
-                                 model_name=name if self.kind == "lora" else self.served_model,
-                                 path=str(path.resolve()), step=step, created_at=time.time(), publish_seconds=seconds)
+            event = WeightUpdate(
+                version=version,
+                kind=self.kind,
+                model_name=name if self.kind == "lora" else self.served_model,
+                path=str(path.resolve()),
+                step=step,
+                created_at=time.time(),
+                publish_seconds=seconds,
+            )
             if self.redis is not None and announce:
                 # One transaction: a crash can never leave the version key and the event stream disagreeing.
                 pipe = self.redis.pipeline(transaction=True)
@@ -172,8 +189,10 @@ class Publisher:
                     return False
             elif (served := client.served_version()) is not None and served >= version:
                 return False
-            log.warning("the inference server lost the published weights (restarted?): loading them again",
-                        extra={"version": version, "kind": self.kind})
+            log.warning(
+                "the inference server lost the published weights (restarted?): loading them again",
+                extra={"version": version, "kind": self.kind},
+            )
             self._load(client, version, path, replace=False)
             return True
 

@@ -38,7 +38,9 @@ def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
     if world == 1:
         return values
     t = torch.tensor(values, dtype=torch.float64)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM)
+    torch.distributed.all_reduce(
+        t, op=torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM
+    )
     return t.tolist()
 
 
@@ -61,8 +63,9 @@ def _attach_reference(ref: PolicyLogprobs, batches: list[MicroBatch], device: to
         b.fields["ref_logp"] = b.fields["ref_logp"].cpu()
 
 
-def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs | None, budget: int,
-               packing: bool = True) -> dict[str, float]:
+def train_step(
+    eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs | None, budget: int, packing: bool = True
+) -> dict[str, float]:
     """Forward/backward every micro-batch of ``inp``, then one optimizer step. Returns metric sums and counts.
 
     The returned dict holds sums (``*_sum``) and counts so the caller can average across steps; plus
@@ -86,11 +89,23 @@ def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs
     if not plan:
         # Nothing to learn from (every sample dropped or untrained, no demonstrations): an optimizer step
         # without gradients would fail inside DeepSpeed, and skipping it changes nothing.
-        log.warning("step has no trainable tokens; optimizer step skipped",
-                    extra={"rl_samples": len(inp.rl), "sft_samples": len(inp.sft)})
-        return {"tokens": 0.0, "rl_entropy": float("nan"), "sft_entropy": float("nan"), "sft_loss": float("nan"),
-                "rl_tokens": 0.0, "rl_sequences": 0.0, "sft_tokens": 0.0, "micro_batches": 0.0,
-                "grad_norm": 0.0, "lr": float(eng.engine.get_lr()[0]), "seconds": time.perf_counter() - start}
+        log.warning(
+            "step has no trainable tokens; optimizer step skipped",
+            extra={"rl_samples": len(inp.rl), "sft_samples": len(inp.sft)},
+        )
+        return {
+            "tokens": 0.0,
+            "rl_entropy": float("nan"),
+            "sft_entropy": float("nan"),
+            "sft_loss": float("nan"),
+            "rl_tokens": 0.0,
+            "rl_sequences": 0.0,
+            "sft_tokens": 0.0,
+            "micro_batches": 0.0,
+            "grad_norm": 0.0,
+            "lr": float(eng.engine.get_lr()[0]),
+            "seconds": time.perf_counter() - start,
+        }
     sums: dict[str, float] = {"rl_entropy_sum": 0.0, "sft_entropy_sum": 0.0, "sft_loss_sum": 0.0, "tokens": 0.0}
     eng.engine.train()
     for i, (kind, batch) in enumerate(plan):
@@ -118,17 +133,30 @@ def train_step(eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs
     out["rl_entropy"] = out.pop("rl_entropy_sum") / max(rl_tokens, 1.0)
     out["sft_entropy"] = out.pop("sft_entropy_sum") / max(sft_tokens, 1.0) if sft_batches else float("nan")
     out["sft_loss"] = out.pop("sft_loss_sum") if sft_batches else float("nan")
-    out.update(rl_tokens=rl_tokens, rl_sequences=rl_seqs_n, sft_tokens=sft_tokens, micro_batches=float(len(plan)),
-               grad_norm=_grad_norm(eng, local_norm), lr=float(eng.engine.get_lr()[0]), seconds=time.perf_counter() - start)
+    out.update(
+        rl_tokens=rl_tokens,
+        rl_sequences=rl_seqs_n,
+        sft_tokens=sft_tokens,
+        micro_batches=float(len(plan)),
+        grad_norm=_grad_norm(eng, local_norm),
+        lr=float(eng.engine.get_lr()[0]),
+        seconds=time.perf_counter() - start,
+    )
     return out
 
 
 def _on(batch: MicroBatch, device: torch.device) -> MicroBatch:
     if device.type == "cpu":
         return batch
-    return MicroBatch(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=batch.attention_mask,
-                      targets=batch.targets, target_mask=batch.target_mask.to(device), seq=batch.seq,
-                      fields={k: v.to(device) for k, v in batch.fields.items()})
+    return MicroBatch(
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        attention_mask=batch.attention_mask,
+        targets=batch.targets,
+        target_mask=batch.target_mask.to(device),
+        seq=batch.seq,
+        fields={k: v.to(device) for k, v in batch.fields.items()},
+    )
 
 
 def _param_grad_norm(eng: Engine) -> float:

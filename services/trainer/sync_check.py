@@ -16,7 +16,9 @@ from services.trainer.packing import TrainSeq, pack
 from shared.inference_client import SyncInferenceClient
 
 
-def server_sample(client: SyncInferenceClient, model: str, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+def server_sample(
+    client: SyncInferenceClient, model: str, prompt: list[int], max_tokens: int
+) -> tuple[list[int], list[float]]:
     out = client.complete(model, prompt, max_tokens=max_tokens, temperature=1.0, seed=1234)
     choice = out.choices[0]
     return list(choice.token_ids), list(choice.logprobs or [])
@@ -31,7 +33,7 @@ def max_abs_diff(eng: Engine, prompt: list[int], tokens: list[int], server_logpr
     was_training = eng.engine.training
     eng.engine.eval()
     try:
-        ours = sequence_logprobs(eng.policy, pack([seq], len(ids)), eng.device)[0][len(prompt):]
+        ours = sequence_logprobs(eng.policy, pack([seq], len(ids)), eng.device)[0][len(prompt) :]
     finally:
         eng.engine.train(was_training)
     return float((torch.tensor(ours) - torch.tensor(server_logprobs)).abs().max())
@@ -41,6 +43,8 @@ def mismatch_warning(diff: float, tolerance: float, model: str) -> str | None:
     """What to tell the person when the server's logprobs are far from the trainer's (None when within)."""
     if diff <= tolerance:
         return None
-    return (f"the inference server's logprobs for {model!r} differ from the trainer's by up to {diff:.3g} nats "
-            f"(tolerance {tolerance:g}): it is not serving the weights the trainer has. Does the server run the "
-            "trainer's base model (same folder or hub id, same dtype), and did the weight load reach it?")
+    return (
+        f"the inference server's logprobs for {model!r} differ from the trainer's by up to {diff:.3g} nats "
+        f"(tolerance {tolerance:g}): it is not serving the weights the trainer has. Does the server run the "
+        "trainer's base model (same folder or hub id, same dtype), and did the weight load reach it?"
+    )

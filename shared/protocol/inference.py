@@ -48,8 +48,12 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = Field(None, description="Served model or LoRA adapter name; None = the base model")
-    prompt: _TokenIds | Annotated[list[_TokenIds], Field(fail_fast=True)] | str | Annotated[list[str], Field(fail_fast=True)] = Field(
-        description="Token ids (preferred: token-in/token-out), a batch of them, or text")
+    prompt: (
+        _TokenIds
+        | Annotated[list[_TokenIds], Field(fail_fast=True)]
+        | str
+        | Annotated[list[str], Field(fail_fast=True)]
+    ) = Field(description="Token ids (preferred: token-in/token-out), a batch of them, or text")
     max_tokens: int | None = Field(16, description="Tokens to generate at most (vLLM default 16)")
     n: int = Field(1, description="Completions per prompt")
     temperature: float | None = Field(None, description="Sampling temperature; 0 = greedy (default 1.0)")

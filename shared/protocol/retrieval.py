@@ -38,7 +38,7 @@ class Document(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(description="Corpus row id (the row index, as a string)")
-    contents: str = Field(description='Title line in double quotes, a newline, then the passage text')
+    contents: str = Field(description="Title line in double quotes, a newline, then the passage text")
 
     @property
     def title(self) -> str:
@@ -74,8 +74,7 @@ class RetrieveRequest(BaseModel):
     return_scores: bool = Field(False, description="true: items are {document, score}; false: bare documents")
     mode: RetrievalMode | None = Field(None, description="hybrid (default), dense or sparse")
     fusion: FusionMethod | None = Field(None, description="Hybrid fusion: minmax (default), rrf or zscore")
-    sparse_weight: float | None = Field(None, ge=0, le=1,
-                                        description="Convex weight of the BM25 side (minmax/zscore)")
+    sparse_weight: float | None = Field(None, ge=0, le=1, description="Convex weight of the BM25 side (minmax/zscore)")
     depth: int | None = Field(None, ge=1, description="Candidates taken from each side before fusing")
     rrf_k: float | None = Field(None, gt=0, description="RRF constant k (score = sum 1/(k + rank))")
 

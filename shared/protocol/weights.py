@@ -35,5 +35,7 @@ class AdmissionMark(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: int = Field(ge=0, description="Policy version live when the mark was written")
-    consumed: int = Field(description="Published groups the trainer had taken from the stream (may be < 0 while "
-                                      "foreign groups wait in it)")
+    consumed: int = Field(
+        description="Published groups the trainer had taken from the stream (may be < 0 while "
+        "foreign groups wait in it)"
+    )

@@ -37,8 +37,9 @@ def test_readme_curl_examples_run(local_stack):
             for default, name in DEFAULT_PORTS.items():
                 command = command.replace(f"localhost:{default}", f"127.0.0.1:{actual[name]}")
             command = command.replace("curl -s", "curl -sS --fail-with-body --max-time 120", 1)
-            done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True,
-                                  timeout=180)
+            done = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=180
+            )
             assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
             out = done.stdout.strip()
             assert out, command

@@ -15,11 +15,18 @@ RECIPES = sorted(p.name for p in (REPO / "configs").glob("*.toml"))
 
 # Shrink a recipe to a smoke run: 2 optimizer steps of 1 group of 2 short episodes each.
 SMOKE = {
-    "CODA_TRAINER_MAX_STEPS": "2", "CODA_TRAINER_GROUPS_PER_STEP": "1", "CODA_ROLLOUT_GROUPS_PER_STEP": "1",
-    "CODA_ROLLOUT_N_SAMPLES": "2", "CODA_ROLLOUT_MAX_TOKENS_PER_TURN": "12", "CODA_ROLLOUT_MAX_OBS_TOKENS": "48",
-    "CODA_ROLLOUT_MAX_CONTEXT_TOKENS": "900", "CODA_ROLLOUT_WORKER_MAX_TOKENS": "12",
-    "CODA_ROLLOUT_MAX_RUNNING_GROUPS": "2", "CODA_TRAINER_WARMUP_STEPS": "0",
-    "CODA_TRAINER_MICRO_BATCH_TOKENS": "4096", "CODA_TRAINER_CHECKPOINT_EVERY": "1",
+    "CODA_TRAINER_MAX_STEPS": "2",
+    "CODA_TRAINER_GROUPS_PER_STEP": "1",
+    "CODA_ROLLOUT_GROUPS_PER_STEP": "1",
+    "CODA_ROLLOUT_N_SAMPLES": "2",
+    "CODA_ROLLOUT_MAX_TOKENS_PER_TURN": "12",
+    "CODA_ROLLOUT_MAX_OBS_TOKENS": "48",
+    "CODA_ROLLOUT_MAX_CONTEXT_TOKENS": "900",
+    "CODA_ROLLOUT_WORKER_MAX_TOKENS": "12",
+    "CODA_ROLLOUT_MAX_RUNNING_GROUPS": "2",
+    "CODA_TRAINER_WARMUP_STEPS": "0",
+    "CODA_TRAINER_MICRO_BATCH_TOKENS": "4096",
+    "CODA_TRAINER_CHECKPOINT_EVERY": "1",
 }
 
 
@@ -30,8 +37,9 @@ def test_recipe_trains_two_steps(local_stack, recipe):
     redis = stack_redis(stack)
     redis.flushall()  # each recipe starts from version 0 with empty streams
     uses_sft = recipe.startswith("red-coda") or recipe in ("tiny-cpu.toml", "smol-cpu.toml")
-    log = stack.train(sup, sft if uses_sft else None, recipe=str(REPO / "configs" / recipe),
-                      tag=Path(recipe).stem, **SMOKE)
+    log = stack.train(
+        sup, sft if uses_sft else None, recipe=str(REPO / "configs" / recipe), tag=Path(recipe).stem, **SMOKE
+    )
     rows = read_log(log)
     assert [int(r["step"]) for r in rows] == [1, 2]
     # Every step took its RL samples: trained, or (skip_zero_advantage, smol-cpu) left out for having no advantage.

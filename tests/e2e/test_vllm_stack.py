@@ -21,16 +21,28 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_train_and_evaluate_against_vllm(tmp_path):
     skip_without_vllm()
-    settings = StackSettings.load(None, run_root=str(tmp_path), eval_limit=6, progress_every_s=5, sft=False,
-                                  inference="vllm", vllm_bin=str(VLLM_BIN))
+    settings = StackSettings.load(
+        None,
+        run_root=str(tmp_path),
+        eval_limit=6,
+        progress_every_s=5,
+        sft=False,
+        inference="vllm",
+        vllm_bin=str(VLLM_BIN),
+    )
     stack = LocalStack(str(REPO / "configs" / "tiny-cpu.toml"), settings)
     with Supervisor(stack.run / "logs") as sup:
         stack.prepare(sup)
         stack.start_servers(sup)
         assert "vllm" in (stack.run / "logs" / "inference.log").read_text().lower()
         before = stack.evaluate(sup, "step0")
-        log = stack.train(sup, None, **{**SMOKE, "CODA_TRAINER_MAX_STEPS": "3"}, CODA_TRAINER_SFT_COEF="0",
-                          CODA_TRAINER_SYNC_CHECK="true")
+        log = stack.train(
+            sup,
+            None,
+            **{**SMOKE, "CODA_TRAINER_MAX_STEPS": "3"},
+            CODA_TRAINER_SFT_COEF="0",
+            CODA_TRAINER_SYNC_CHECK="true",
+        )
         after = stack.evaluate(sup, "final")
     rows = read_log(log)
     assert [int(r["step"]) for r in rows] == [1, 2, 3]

@@ -151,8 +151,9 @@ class Pipeline:
         self.sup.check()
 
     def tails(self, lines: int = 25) -> str:
-        return "\n".join(f"--- {s.name}.log\n{s.tail(lines)}" for s in self.sup.services
-                         if s.name in ("trainer", "rollout"))
+        return "\n".join(
+            f"--- {s.name}.log\n{s.tail(lines)}" for s in self.sup.services if s.name in ("trainer", "rollout")
+        )
 
     # ---------------------------------------------------------------- what the services report
     def rows(self) -> list[dict]:
@@ -163,8 +164,11 @@ class Pipeline:
         return httpx.get(f"http://127.0.0.1:{port}/status", timeout=10).json()
 
     def baseline(self) -> Baseline:
-        return Baseline(rows=len(self.rows()), dropped_stale=self.status("trainer")["dropped_stale"],
-                        published=self.status("rollout")["published"])
+        return Baseline(
+            rows=len(self.rows()),
+            dropped_stale=self.status("trainer")["dropped_stale"],
+            published=self.status("rollout")["published"],
+        )
 
     def wait_rl_steps(self, n: int, since: int, timeout_s: float, what: str) -> list[dict]:
         """Wait for ``n`` steps logged after record ``since`` that took RL samples fresh enough to train:
@@ -182,14 +186,18 @@ class Pipeline:
                     f"({len(rows)} steps logged: rl_tokens {[r.get('rl_tokens') for r in rows]}, "
                     f"dropped_stale_step {[r.get('dropped_stale_step') for r in rows]})\n"
                     f"trainer /status {self.status('trainer')}\nrollout /status {self.status('rollout')}\n"
-                    f"{self.tails()}")
+                    f"{self.tails()}"
+                )
             time.sleep(0.25)
 
     def retrieves(self) -> int:
         """``/retrieve`` requests the retriever has answered since it started (its /metrics)."""
         text = httpx.get(f"http://127.0.0.1:{self.stack.ports.retriever}/metrics", timeout=10).text
-        counts = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith("coda_http_request_seconds_count") and 'route="/retrieve"' in line]
+        counts = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("coda_http_request_seconds_count") and 'route="/retrieve"' in line
+        ]
         return int(sum(counts))
 
     def redis(self) -> redis.Redis:
@@ -216,8 +224,9 @@ class Pipeline:
         return undelivered, int(info["pending"])
 
     # ---------------------------------------------------------------- the checks every fault ends with
-    def assert_recovered(self, before: Baseline, fault: str, drop_budget: int, steps: int = 2,
-                         timeout_s: float = 90) -> dict:
+    def assert_recovered(
+        self, before: Baseline, fault: str, drop_budget: int, steps: int = 2, timeout_s: float = 90
+    ) -> dict:
         """After ``fault`` is over: RL samples are trained again (``steps`` steps with RL tokens), at most
         ``drop_budget`` samples were dropped as stale since ``before``, the rollout lost no prompt and blamed
         no prompt for the outage, the ledger is sound and every process is alive. Returns trainer /status."""
@@ -228,7 +237,8 @@ class Pipeline:
         assert dropped <= drop_budget, (
             f"after {fault}: {dropped} RL samples dropped as stale (budget {drop_budget}); trainer /status "
             f"{trainer}; dropped per step since the fault "
-            f"{[r.get('dropped_stale_step') for r in self.rows()[before.rows:]]}\n{self.tails()}")
+            f"{[r.get('dropped_stale_step') for r in self.rows()[before.rows :]]}\n{self.tails()}"
+        )
         self.assert_rollout_lost_nothing(fault, before)
         self.check_ledger(self.ledger())
         self.check_alive()
@@ -238,8 +248,9 @@ class Pipeline:
         rollout = self.status("rollout")
         assert rollout["dropped"] == 0, f"after {fault}: the rollout dropped prompts: {rollout}"
         blamed = {c: n for c, n in rollout["failures_by_cause"].items() if outage_dependency(c) is None}
-        assert not blamed, (f"after {fault}: failures counted against prompts (not outages): {blamed}; "
-                            f"rollout /status {rollout}")
+        assert not blamed, (
+            f"after {fault}: failures counted against prompts (not outages): {blamed}; rollout /status {rollout}"
+        )
         if before is not None:
             assert rollout["published"] > before.published, f"after {fault}: the rollout published nothing"
 
@@ -259,7 +270,8 @@ class Pipeline:
         trained = state["recent_groups"]
         # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
         assert len(trained) == state["groups_trained"], (
-            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained")
+            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained"
+        )
         return Ledger(groups, delivered, pending, dead, trained, set(state["covered"]))
 
     def checkpoint_state(self) -> dict:

@@ -95,7 +95,8 @@ def test_foreign_and_out_of_vocabulary_groups(pipeline: Pipeline):
             break
         assert time.monotonic() < deadline, (
             f"foreign groups trained: {[g.group_id in led.trained for g in foreign]}, OOV dead-lettered: "
-            f"{oov_id in led.dead}\n{p.tails()}")
+            f"{oov_id in led.dead}\n{p.tails()}"
+        )
         time.sleep(0.5)
     assert "vocabulary" in led.dead[oov_id], led.dead[oov_id]
     assert oov.group_id not in led.trained
@@ -118,8 +119,9 @@ def test_trainer_sigkill_at_random_points(pipeline: Pipeline):
         p.check_ledger(p.ledger())
         # Steps after each restart train RL tokens again (waited for before the next kill).
         p.wait_rl_steps(1, len(p.rows()), 90, f"seed {SEED}: after trainer kill {kill}")
-    p.assert_recovered(before, f"{TRAINER_KILLS} trainer SIGKILLs (seed {SEED})",
-                       drop_budget=TRAINER_KILLS * p.step_samples)
+    p.assert_recovered(
+        before, f"{TRAINER_KILLS} trainer SIGKILLs (seed {SEED})", drop_budget=TRAINER_KILLS * p.step_samples
+    )
 
 
 def test_redis_killed_and_restarted_keeps_everything(pipeline: Pipeline):

@@ -101,6 +101,7 @@ def open_post(port: int, headers: str, path: str = "/echo") -> socket.socket:
 
 # --- size: the cap holds while the body streams in ---------------------------------------------------------
 
+
 def test_declared_length_over_the_cap_is_413_before_any_body_is_sent(base):
     port = int(base.rsplit(":", 1)[1])
     with open_post(port, f"Content-Length: {CAP + 1}\r\n") as sock:
@@ -126,6 +127,7 @@ def test_chunked_body_over_the_cap_is_413_without_reading_the_rest(base):
 
 def test_chunked_body_over_the_cap_from_a_client_is_413(base):
     """httpx sends a generator chunked (no Content-Length): the same refusal reaches an ordinary client."""
+
     def body():
         yield b'{"n": 1, "text": "'
         for _ in range((CAP + 1024 * 1024) // 65536):
@@ -147,6 +149,7 @@ def test_chunked_body_under_the_cap_is_served(base):
 
 
 # --- shape: nesting, big lists of bad items, values a 400 could not echo -----------------------------------
+
 
 def test_deep_nesting_is_refused_at_once(base):
     start = time.perf_counter()
@@ -195,23 +198,30 @@ def test_a_refusal_holding_a_lone_surrogate_is_still_sent(base):
 
 # --- text: UTF-8 and surrogates ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body", [
-    '{"n": 1, "text": "a \\ud800 b"}',             # lone high
-    '{"n": 1, "text": "\\uDC00"}',                  # lone low, upper-case hex
-    '{"n": 1, "text": "\\ude00\\ud83d"}',           # a pair in the wrong order
-    '{"n": 1, "text": "\\\\\\ud800"}',              # an escaped backslash, then a real escape
-    '{"n": 1, "\\ud800": 2}',                        # in a key
-    '{"n": 1, "data": ["ok", {"deep": ["\\udbff"]}]}',
-])
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"n": 1, "text": "a \\ud800 b"}',  # lone high
+        '{"n": 1, "text": "\\uDC00"}',  # lone low, upper-case hex
+        '{"n": 1, "text": "\\ude00\\ud83d"}',  # a pair in the wrong order
+        '{"n": 1, "text": "\\\\\\ud800"}',  # an escaped backslash, then a real escape
+        '{"n": 1, "\\ud800": 2}',  # in a key
+        '{"n": 1, "data": ["ok", {"deep": ["\\udbff"]}]}',
+    ],
+)
 def test_a_lone_surrogate_anywhere_is_undecodable_text(base, body):
     assert_house_error(post(base, body), 400, "undecodable text")
 
 
-@pytest.mark.parametrize(("body", "text"), [
-    ('{"n": 1, "text": "smile \\ud83d\\ude00"}', "smile \U0001F600"),  # a valid pair is one character
-    ('{"n": 1, "text": "\\\\ud800"}', "\\ud800"),                     # an escaped backslash: plain text
-    ('{"n": 1, "text": "caf\\u00e9 \\uD83D\\uDE00"}', "caf\u00e9 \U0001F600"),
-])
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ('{"n": 1, "text": "smile \\ud83d\\ude00"}', "smile \U0001f600"),  # a valid pair is one character
+        ('{"n": 1, "text": "\\\\ud800"}', "\\ud800"),  # an escaped backslash: plain text
+        ('{"n": 1, "text": "caf\\u00e9 \\uD83D\\uDE00"}', "caf\u00e9 \U0001f600"),
+    ],
+)
 def test_surrogate_pairs_and_escaped_backslashes_pass(base, body, text):
     r = post(base, body)
     assert r.status_code == 200 and r.json()["text"] == text
@@ -239,14 +249,16 @@ def test_refusals_are_counted_in_the_metrics(base):
 
 # --- a real service: the searcher (its upstreams are never reached) --------------------------------------
 
+
 @pytest.fixture(scope="module")
 def searcher():
     from services.searcher.app import build_app
     from services.searcher.config import SearcherSettings
 
     nowhere = f"http://127.0.0.1:{free_port()}"
-    settings = SearcherSettings(inference_url=nowhere, retriever_url=nowhere, tokenizer="char", retry_attempts=1,
-                                http_timeout_s=2)
+    settings = SearcherSettings(
+        inference_url=nowhere, retriever_url=nowhere, tokenizer="char", retry_attempts=1, http_timeout_s=2
+    )
     with Served(build_app(settings)) as url:
         yield url
 

@@ -71,8 +71,13 @@ def test_consumer_killed_before_ack_gets_its_entries_again(redis_server, redis_c
     producer = StreamQueue(redis_client, STREAM, TrajectoryGroup)
     sent = [producer.publish(make_group(prompt_id=f"q{i}")) for i in range(2)]
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    proc = subprocess.run([sys.executable, "-c", CRASHING_CONSUMER, redis_server.url], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_CONSUMER, redis_server.url],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert proc.stdout.strip() == "2"
     q = consumer(redis_client, "worker-1")
@@ -159,8 +164,10 @@ def test_redis_launcher_stops_on_one_sigterm(tmp_path):
     from shared.redis_server import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "shared.redis_server", "--port", str(port), "--dir",
-                             str(tmp_path)], env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shared.redis_server", "--port", str(port), "--dir", str(tmp_path)],
+        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+    )
     import redis
 
     client = redis.Redis(port=port)

@@ -13,25 +13,42 @@ from tests.factories import make_group, make_sample, make_weight_update
 DOC = {"id": "0", "contents": '"Velkadar"\nVelkadar lives in Orvale.'}
 # One valid instance of every wire type the protocol package exports (HTTP bodies and Redis messages).
 MESSAGES = [
-    make_sample(), make_group(), make_weight_update(),
+    make_sample(),
+    make_group(),
+    make_weight_update(),
     protocol.RetrieveRequest(queries=["Where does Velkadar live?"], topk=2, return_scores=True, mode="sparse"),
     protocol.RetrieveResponse(result=[[protocol.ScoredDocument(document=protocol.Document(**DOC), score=1.5)]]),
-    protocol.Document(**DOC), protocol.RetrievedDocument(**DOC, score=0.25),
+    protocol.Document(**DOC),
+    protocol.RetrievedDocument(**DOC, score=0.25),
     protocol.ScoredDocument(document=protocol.Document(**DOC), score=0.5),
     protocol.CompletionRequest(model="policy", prompt=[1, 2, 3], max_tokens=4, logprobs=0, stop=["</search>"]),
-    protocol.CompletionResponse.model_validate({
-        "model": "policy", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-        "choices": [{"index": 0, "text": "ab", "finish_reason": "stop", "stop_reason": "</search>",
-                     "token_ids": [7, 8], "logprobs": {"tokens": ["token_id:7", "token_id:8"],
-                                                       "token_logprobs": [-0.5, -1.0], "text_offset": [0, 1],
-                                                       "top_logprobs": [None, None]}}]}),
+    protocol.CompletionResponse.model_validate(
+        {
+            "model": "policy",
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "ab",
+                    "finish_reason": "stop",
+                    "stop_reason": "</search>",
+                    "token_ids": [7, 8],
+                    "logprobs": {
+                        "tokens": ["token_id:7", "token_id:8"],
+                        "token_logprobs": [-0.5, -1.0],
+                        "text_offset": [0, 1],
+                        "top_logprobs": [None, None],
+                    },
+                }
+            ],
+        }
+    ),
     protocol.ModelList.model_validate({"data": [{"id": "policy", "max_model_len": 1024}]}),
     protocol.LoadLoRAAdapterRequest(lora_name="policy-v1", lora_path="runs/weights/v1"),
     protocol.UnloadLoRAAdapterRequest(lora_name="policy-v1"),
     protocol.CollectiveRpcRequest(method="update_weights_from_path", kwargs={"path": "runs/weights/v2"}),
     protocol.SearchRequest(query="Where does Velkadar live?", max_turns=2),
-    protocol.SearchResponse(summary="Orvale", trajectory=["<search> Velkadar </search>"], num_searches=1,
-                             success=True),
+    protocol.SearchResponse(summary="Orvale", trajectory=["<search> Velkadar </search>"], num_searches=1, success=True),
     protocol.AdmissionMark(version=3, consumed=12),
 ]
 

@@ -48,8 +48,9 @@ class AdvantageResult:
         return len(self.zero_variance)
 
 
-def normalise_group(rewards: np.ndarray, estimator: Estimator = "grpo", std: StdKind = "unbiased",
-                    eps: float = 1e-6) -> np.ndarray:
+def normalise_group(
+    rewards: np.ndarray, estimator: Estimator = "grpo", std: StdKind = "unbiased", eps: float = 1e-6
+) -> np.ndarray:
     """Advantages of ONE group's rewards (see the module docstring for the formulas)."""
     r = np.asarray(rewards, dtype=np.float64)
     n = r.shape[0]
@@ -67,8 +68,13 @@ def normalise_group(rewards: np.ndarray, estimator: Estimator = "grpo", std: Std
     raise ValueError(f"unknown advantage estimator {estimator!r}")
 
 
-def group_advantages(rewards: Sequence[float], keys: Sequence[str], estimator: Estimator = "grpo",
-                     std: StdKind = "unbiased", eps: float = 1e-6) -> AdvantageResult:
+def group_advantages(
+    rewards: Sequence[float],
+    keys: Sequence[str],
+    estimator: Estimator = "grpo",
+    std: StdKind = "unbiased",
+    eps: float = 1e-6,
+) -> AdvantageResult:
     """Advantages with one baseline per distinct key (rows need not be contiguous)."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.shape[0] != len(keys):
@@ -89,9 +95,17 @@ def group_advantages(rewards: Sequence[float], keys: Sequence[str], estimator: E
     return result
 
 
-def role_advantages(rewards: Sequence[float], group_ids: Sequence[str], roles: Sequence[str],
-                    sample_ids: Sequence[str], parent_ids: Sequence[str | None], mode: RoleMode = "inherit",
-                    estimator: Estimator = "grpo", std: StdKind = "unbiased", eps: float = 1e-6) -> AdvantageResult:
+def role_advantages(
+    rewards: Sequence[float],
+    group_ids: Sequence[str],
+    roles: Sequence[str],
+    sample_ids: Sequence[str],
+    parent_ids: Sequence[str | None],
+    mode: RoleMode = "inherit",
+    estimator: Estimator = "grpo",
+    std: StdKind = "unbiased",
+    eps: float = 1e-6,
+) -> AdvantageResult:
     """Advantages for rows of several roles, with the role ``mode`` from the module docstring.
 
     In ``inherit`` mode an executor whose ``parent_id`` is not among the rows is an error (the trajectory
@@ -103,8 +117,9 @@ def role_advantages(rewards: Sequence[float], group_ids: Sequence[str], roles: S
     if mode == "pooled":
         return group_advantages(rewards, group_ids, estimator, std, eps)
     if mode == "per_role":
-        return group_advantages(rewards, [f"{g}/{r}" for g, r in zip(group_ids, roles, strict=True)],
-                                estimator, std, eps)
+        return group_advantages(
+            rewards, [f"{g}/{r}" for g, r in zip(group_ids, roles, strict=True)], estimator, std, eps
+        )
     if mode != "inherit":
         raise ValueError(f"unknown role mode {mode!r}")
     top = [i for i in range(n) if roles[i] != "executor"]
@@ -121,17 +136,27 @@ def role_advantages(rewards: Sequence[float], group_ids: Sequence[str], roles: S
     return AdvantageResult(out, sub.zero_variance, sub.singleton)
 
 
-def trajectory_advantages(groups: Sequence[TrajectoryGroup], mode: RoleMode = "inherit",
-                          estimator: Estimator = "grpo", std: StdKind = "unbiased",
-                          eps: float = 1e-6) -> tuple[dict[str, float], AdvantageResult]:
+def trajectory_advantages(
+    groups: Sequence[TrajectoryGroup],
+    mode: RoleMode = "inherit",
+    estimator: Estimator = "grpo",
+    std: StdKind = "unbiased",
+    eps: float = 1e-6,
+) -> tuple[dict[str, float], AdvantageResult]:
     """``role_advantages`` over every sample of ``groups``: ``({sample_id: advantage}, result)``.
 
     Sample ids are only unique within a group, so the returned keys are ``f"{group_id}/{sample_id}"``.
     """
     rows = [(g.group_id, s) for g in groups for s in g.samples]
     result = role_advantages(
-        [s.reward for _, s in rows], [g for g, _ in rows], [s.role for _, s in rows],
+        [s.reward for _, s in rows],
+        [g for g, _ in rows],
+        [s.role for _, s in rows],
         [f"{g}/{s.sample_id}" for g, s in rows],
         [None if s.parent_id is None else f"{g}/{s.parent_id}" for g, s in rows],
-        mode, estimator, std, eps)
+        mode,
+        estimator,
+        std,
+        eps,
+    )
     return {f"{g}/{s.sample_id}": float(a) for (g, s), a in zip(rows, result.advantages, strict=True)}, result

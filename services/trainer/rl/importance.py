@@ -32,8 +32,10 @@ def mismatch_metrics(logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch
     """KL(μ ‖ π) estimates on trained tokens: k1 = mean(log μ − log π), k3 = mean(w − 1 − log w), w = π/μ."""
     with torch.no_grad():
         log_w = torch.clamp(logp.float() - sampler_logp.float(), -20.0, 20.0)
-        return {"mismatch_kl_k1": float(masked_mean(-log_w, mask)),
-                "mismatch_kl_k3": float(masked_mean(torch.exp(log_w) - 1.0 - log_w, mask))}
+        return {
+            "mismatch_kl_k1": float(masked_mean(-log_w, mask)),
+            "mismatch_kl_k3": float(masked_mean(torch.exp(log_w) - 1.0 - log_w, mask)),
+        }
 
 
 def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
@@ -44,10 +46,18 @@ def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def importance_weights(logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, *,
-                       mode: ISMode = "token+sequence", cap: float = 2.0, seq_min: float = 0.5,
-                       seq_max: float = 2.0, seq_agg: SeqAgg = "geo_mean",
-                       segment_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def importance_weights(
+    logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: ISMode = "token+sequence",
+    cap: float = 2.0,
+    seq_min: float = 0.5,
+    seq_max: float = 2.0,
+    seq_agg: SeqAgg = "geo_mean",
+    segment_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token IS weights (0 off the mask) and metrics; formulas in the module docstring."""
     m = mask > 0
     log_w = torch.clamp(logp.float() - sampler_logp.float(), -20.0, 20.0) * m

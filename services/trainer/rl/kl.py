@@ -31,9 +31,16 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: KLEstimator = 
     raise ValueError(f"unknown KL estimator {kind!r}")
 
 
-def kl_loss(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *, normaliser: float,
-            kind: KLEstimator = "k3", mode: AggMode = "token-mean",
-            segment_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def kl_loss(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    normaliser: float,
+    kind: KLEstimator = "k3",
+    mode: AggMode = "token-mean",
+    segment_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The KL term aggregated like the policy loss (same global normaliser) and its local mean as a metric.
 
     The caller multiplies by its coefficient (``loss = pg + kl_coef · kl``), and skips this (and the reference

@@ -62,23 +62,48 @@ def rl_loss(batch: LossInputs, cfg: LossConfig, normaliser: float) -> tuple[torc
         if batch.sampler_logp is None:
             raise ValueError(f"importance sampling mode {cfg.is_mode!r} needs the sampler's logprobs")
         is_weights, is_metrics = importance_weights(
-            batch.old_logp, batch.sampler_logp, batch.mask, mode=cfg.is_mode, cap=cfg.is_cap,
-            seq_min=cfg.is_seq_min, seq_max=cfg.is_seq_max, seq_agg=cfg.is_seq_agg, segment_ids=batch.segment_ids)
+            batch.old_logp,
+            batch.sampler_logp,
+            batch.mask,
+            mode=cfg.is_mode,
+            cap=cfg.is_cap,
+            seq_min=cfg.is_seq_min,
+            seq_max=cfg.is_seq_max,
+            seq_agg=cfg.is_seq_agg,
+            segment_ids=batch.segment_ids,
+        )
         metrics.update(is_metrics)
-    loss, pg_metrics = policy_loss(batch.logp, batch.old_logp, batch.advantages, batch.mask, normaliser=normaliser,
-                                   mode=cfg.agg, cfg=cfg.clip, segment_ids=batch.segment_ids, is_weights=is_weights)
+    loss, pg_metrics = policy_loss(
+        batch.logp,
+        batch.old_logp,
+        batch.advantages,
+        batch.mask,
+        normaliser=normaliser,
+        mode=cfg.agg,
+        cfg=cfg.clip,
+        segment_ids=batch.segment_ids,
+        is_weights=is_weights,
+    )
     metrics.update(pg_metrics)
     if cfg.kl_coef > 0:
         if batch.ref_logp is None:
             raise ValueError("kl_coef > 0 needs the reference model's logprobs (ref_logp)")
-        kl, kl_metrics = kl_loss(batch.logp, batch.ref_logp, batch.mask, normaliser=normaliser,
-                                 kind=cfg.kl_estimator, mode=cfg.agg, segment_ids=batch.segment_ids)
+        kl, kl_metrics = kl_loss(
+            batch.logp,
+            batch.ref_logp,
+            batch.mask,
+            normaliser=normaliser,
+            kind=cfg.kl_estimator,
+            mode=cfg.agg,
+            segment_ids=batch.segment_ids,
+        )
         loss = loss + cfg.kl_coef * kl
         metrics.update(kl_metrics)
     if batch.entropy is not None:
         if cfg.entropy_coef != 0:
-            loss = loss - cfg.entropy_coef * aggregate(batch.entropy, batch.mask, cfg.agg, normaliser,
-                                                       batch.segment_ids)
+            loss = loss - cfg.entropy_coef * aggregate(
+                batch.entropy, batch.mask, cfg.agg, normaliser, batch.segment_ids
+            )
         metrics["entropy"] = float(masked_mean(batch.entropy.detach(), batch.mask))
     metrics["loss"] = float(loss.detach())
     return loss, metrics

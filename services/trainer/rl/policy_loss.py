@@ -46,8 +46,9 @@ def loss_normaliser(mode: AggMode, num_tokens: int, num_sequences: int, max_len:
     return float(max(n, 1))
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode, normaliser: float,
-              segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: AggMode, normaliser: float, segment_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """Reduce per-token ``values`` to this micro-batch's share of the batch loss (formulas in the module doc)."""
     m = mask.to(values.dtype)
     if mode in ("token-mean", "dr-grpo"):
@@ -77,8 +78,9 @@ class ClipConfig:
             raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
 
 
-def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                   cfg: ClipConfig = ClipConfig()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_token_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, cfg: ClipConfig = ClipConfig()
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped surrogate ℓ (module docstring) and boolean per-token masks of which clip was active.
 
     ``advantages`` is per token ``(rows, tokens)`` or per row ``(rows,)`` (broadcast over the row).
@@ -100,15 +102,28 @@ def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch
         with torch.no_grad():
             dual = (adv < 0) & (loss > cap)
         loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
-    info = {"ratio": ratio.detach(), "clipped": high | low | dual, "clipped_low": low, "clipped_high": high,
-            "dual_clipped": dual}
+    info = {
+        "ratio": ratio.detach(),
+        "clipped": high | low | dual,
+        "clipped_low": low,
+        "clipped_high": high,
+        "dual_clipped": dual,
+    }
     return loss, info
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
-                normaliser: float, mode: AggMode = "token-mean", cfg: ClipConfig = ClipConfig(),
-                segment_ids: torch.Tensor | None = None, is_weights: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    normaliser: float,
+    mode: AggMode = "token-mean",
+    cfg: ClipConfig = ClipConfig(),
+    segment_ids: torch.Tensor | None = None,
+    is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Aggregated PPO loss of one micro-batch and its metrics.
 
     ``is_weights`` (no gradient; see ``importance.importance_weights``) multiplies ℓ per token before

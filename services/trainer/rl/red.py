@@ -56,8 +56,15 @@ def clamp(x: float, lo: float, hi: float) -> float:
     return max(lo, min(hi, x))
 
 
-def entropy_change_weight(h_sft_prev: float, h_sft: float, h_rl_prev: float, h_rl: float, g: float,
-                          delta: DeltaKind = "relative", eps: float = 1e-8) -> float:
+def entropy_change_weight(
+    h_sft_prev: float,
+    h_sft: float,
+    h_rl_prev: float,
+    h_rl: float,
+    g: float,
+    delta: DeltaKind = "relative",
+    eps: float = 1e-8,
+) -> float:
     """``w_ent`` (module docstring): SFT entropy change over RL entropy change, clamped to [1, G]."""
     if delta == "relative":
         d_sft, d_rl = abs(1.0 - h_sft / (h_sft_prev + eps)), abs(1.0 - h_rl / (h_rl_prev + eps))
@@ -128,8 +135,15 @@ def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> dict
     w_ent, acc_f, final = 1.0, 1.0, 1.0
     if cfg.mode == "red":
         if None not in (state.h_sft, state.h_sft_prev, state.h_rl, state.h_rl_prev):
-            w_ent = entropy_change_weight(state.h_sft_prev, state.h_sft, state.h_rl_prev, state.h_rl,  # type: ignore[arg-type]
-                                          cfg.g, cfg.delta, cfg.eps)
+            w_ent = entropy_change_weight(
+                state.h_sft_prev,
+                state.h_sft,
+                state.h_rl_prev,
+                state.h_rl,  # type: ignore[arg-type]
+                cfg.g,
+                cfg.delta,
+                cfg.eps,
+            )
         if cfg.accuracy_aware and accuracy is not None:
             acc_f = accuracy_factor(accuracy, cfg.g)
         final = clamp(w_ent * acc_f, cfg.weight_floor, cfg.g**2)
@@ -137,8 +151,11 @@ def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> dict
         raise ValueError(f"unknown RED mode {cfg.mode!r}")
     sft_weight = 0.0 if cfg.mode == "grpo_only" else cfg.sft_coef * final
     out = {
-        "red/entropy_weight": w_ent, "red/accuracy_factor": acc_f, "red/final_weight": final,
-        "red/sft_loss_weight": sft_weight, "red/batch_accuracy": -1.0 if accuracy is None else accuracy,
+        "red/entropy_weight": w_ent,
+        "red/accuracy_factor": acc_f,
+        "red/final_weight": final,
+        "red/sft_loss_weight": sft_weight,
+        "red/batch_accuracy": -1.0 if accuracy is None else accuracy,
     }
     for name in ("h_rl", "h_rl_prev", "h_sft", "h_sft_prev"):
         value = getattr(state, name)

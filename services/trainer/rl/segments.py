@@ -11,8 +11,9 @@ def default_segments(mask: torch.Tensor) -> torch.Tensor:
     return rows.expand_as(mask)
 
 
-def segment_sums(values: torch.Tensor, mask: torch.Tensor,
-                 segment_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def segment_sums(
+    values: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Σ_t m·v, Σ_t m)`` per sequence, for the sequences that have at least one masked-in token.
 
     ``segment_ids`` gives each token's sequence index (≥ 0; padding −1, which must carry mask 0). Returns two
@@ -31,8 +32,9 @@ def segment_sums(values: torch.Tensor, mask: torch.Tensor,
     return sums, counts
 
 
-def broadcast_segments(per_seq: torch.Tensor, mask: torch.Tensor,
-                       segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+def broadcast_segments(
+    per_seq: torch.Tensor, mask: torch.Tensor, segment_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """Inverse of ``segment_sums``' grouping: each masked-in token gets its sequence's value; others 0."""
     seg = default_segments(mask) if segment_ids is None else segment_ids
     keep = (mask > 0) & (seg >= 0)

@@ -22,7 +22,7 @@ KINDS = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
 @dataclass(frozen=True)
 class Family:
     kind: str
-    name: str          # the name as written (an f-string's holes become ".+" in ``pattern``)
+    name: str  # the name as written (an f-string's holes become ".+" in ``pattern``)
     where: str
 
     @property
@@ -51,8 +51,12 @@ def _constants(tree: ast.Module) -> dict[str, str]:
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     out[target.id] = node.value.value
-        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             out[node.target.id] = node.value.value
     return out
 
@@ -63,8 +67,13 @@ def _collections(tree: ast.Module) -> dict[str, list[str]]:
     for node in tree.body:
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        items = (value.keys if isinstance(value, ast.Dict) else value.elts
-                 if isinstance(value, ast.List | ast.Tuple | ast.Set) else None)
+        items = (
+            value.keys
+            if isinstance(value, ast.Dict)
+            else value.elts
+            if isinstance(value, ast.List | ast.Tuple | ast.Set)
+            else None
+        )
         if items and all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
             for target in targets:
                 if isinstance(target, ast.Name):
@@ -76,8 +85,13 @@ def _loop_values(tree: ast.Module, collections: dict[str, list[str]]) -> dict[in
     """For every node inside a ``for``/comprehension over a literal collection: loop variable → values."""
     scopes: dict[int, dict[str, list[str]]] = {}
     for node in ast.walk(tree):
-        loops = (node.generators if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp)
-                 else [node] if isinstance(node, ast.For) else [])
+        loops = (
+            node.generators
+            if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp)
+            else [node]
+            if isinstance(node, ast.For)
+            else []
+        )
         for loop in loops:
             values = collections.get(loop.iter.id) if isinstance(loop.iter, ast.Name) else None
             if values and isinstance(loop.target, ast.Name):
@@ -153,8 +167,22 @@ _BRACES = re.compile(r"\{[^{}]*\}")
 _RANGES = re.compile(r"\[[^\[\]]*\]")
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-            "offset", "inf", "nan", "atan2"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
+}
 
 
 def promql_metrics(expr: str) -> set[str]:
@@ -166,7 +194,7 @@ def promql_metrics(expr: str) -> set[str]:
     names = set()
     for match in _IDENT.finditer(text):
         word = match.group(0)
-        following = text[match.end():].lstrip()
+        following = text[match.end() :].lstrip()
         if following.startswith("(") or word.lower() in KEYWORDS or word.startswith("$"):
             continue
         before = text[match.start() - 1] if match.start() else " "

@@ -22,7 +22,9 @@ ENV_EXAMPLE = ROOT / ".env.example"
 SERVICES = ("retriever", "inference", "rollout", "searcher", "trainer")
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+alt}; $$ is a literal $.
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])((?:[^{}]|\{[^{}]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_VAR = re.compile(
+    r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])((?:[^{}]|\{[^{}]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)"
+)
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
@@ -120,9 +122,11 @@ def container_ports(service: dict[str, Any]) -> list[int]:
 def settings_class(service: str) -> type[ServiceSettings]:
     """The one ServiceSettings subclass in ``services/<service>/config.py``."""
     module = importlib.import_module(f"services.{service}.config")
-    classes = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
-               if issubclass(obj, ServiceSettings) and obj is not ServiceSettings
-               and obj.__module__ == module.__name__]
+    classes = [
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, ServiceSettings) and obj is not ServiceSettings and obj.__module__ == module.__name__
+    ]
     assert len(classes) == 1, f"services/{service}/config.py should define one settings class, has {classes}"
     return classes[0]
 
@@ -164,8 +168,13 @@ def subcommands(service: str) -> set[str]:
 
     names = set()
     for node in ast.walk(_cli_tree(service)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser"
-                and node.args and isinstance(node.args[0], ast.Constant)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_parser"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(node.args[0].value)
     return names
 

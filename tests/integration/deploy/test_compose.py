@@ -37,8 +37,12 @@ URL = re.compile(r"^(?:https?|redis)://(?:[^@/]*@)?([a-z0-9-]+):(\d+)")
 
 
 def _validate(*paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", *map(str, paths)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _active(services: dict, profiles: set[str]) -> dict:
@@ -118,7 +122,8 @@ def test_depends_on_targets_exist_wait_for_health_and_respect_profiles():
             mine, theirs = set(service.get("profiles", [])), set(services[target].get("profiles", []))
             assert not theirs or (mine and mine <= theirs), (
                 f"{name} (profiles {sorted(mine) or 'none'}) depends on {target}, which only profiles "
-                f"{sorted(theirs)} start")
+                f"{sorted(theirs)} start"
+            )
 
 
 # (ids avoid the word "gpu": the conftest skips items carrying that keyword on machines without CUDA)
@@ -234,7 +239,7 @@ def test_coda_env_vars_name_real_settings_fields(monkeypatch):
                 continue
             prefix = next((p for p in classes if key.startswith(p)), None)
             assert prefix is not None, f"{name}: {key} matches no service's env prefix"
-            field = key[len(prefix):].lower().split("__", 1)[0]
+            field = key[len(prefix) :].lower().split("__", 1)[0]
             assert field in classes[prefix].model_fields, f"{name}: {key} is not a field of {classes[prefix]}"
             by_class.setdefault(classes[prefix], {})[key] = value
         for cls, values in by_class.items():
@@ -264,8 +269,12 @@ def test_ports_agree_with_the_settings_classes():
 def test_prometheus_scrapes_every_service_where_it_listens():
     scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     targets = {t for job in scrape["scrape_configs"] for c in job.get("static_configs", []) for t in c["targets"]}
-    targets |= {f"{name}:{c['port']}" for job in scrape["scrape_configs"] for c in job.get("dns_sd_configs", [])
-                for name in c["names"]}
+    targets |= {
+        f"{name}:{c['port']}"
+        for job in scrape["scrape_configs"]
+        for c in job.get("dns_sd_configs", [])
+        for name in c["names"]
+    }
     services = compose()["services"]
     hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
     for target in targets - {"localhost:9090"}:
@@ -276,7 +285,8 @@ def test_prometheus_scrapes_every_service_where_it_listens():
     for name, service in services.items():
         if _built_from(service) and service.get("restart") != "no":
             assert any(t.split(":")[0] in _hostnames(name, service) for t in targets), (
-                f"Prometheus does not scrape {name}")
+                f"Prometheus does not scrape {name}"
+            )
 
 
 _INVOCATION = re.compile(r"python -m services\.(\w+) ([\w-]+)((?: +(?:--[\w-]+|\"[^\"]*\"|[^\s|&;\"]+))*)")
@@ -300,8 +310,9 @@ def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
                 for flag in re.findall(r"(?<!\S)--[\w-]+", rest):
                     assert flag in cli_flags(target), f"{name}: {target} {sub} has no flag {flag}"
                 checked += 1
-        for flag in re.findall(r"(?<!\S)--[\w-]+", compose()["services"][name].get("environment", {}).get(
-                "INDEX_ARGS", "")):
+        for flag in re.findall(
+            r"(?<!\S)--[\w-]+", compose()["services"][name].get("environment", {}).get("INDEX_ARGS", "")
+        ):
             assert flag in cli_flags("retriever"), f"INDEX_ARGS uses {flag}, which build does not take"
     assert checked >= 7
 
@@ -309,8 +320,9 @@ def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
 def test_vllm_gets_our_worker_extension_lora_flags_and_dev_mode():
     """The policy vLLM can hot-load LoRA adapters and full weights exactly as the trainer calls them."""
     policy = compose()["services"]["policy"]
-    flags = dict(a.removeprefix("--").split("=", 1) if "=" in a else (a.removeprefix("--"), "")
-                 for a in policy["command"])
+    flags = dict(
+        a.removeprefix("--").split("=", 1) if "=" in a else (a.removeprefix("--"), "") for a in policy["command"]
+    )
     module, _, cls = flags["worker-extension-cls"].rpartition(".")
     extension = getattr(importlib.import_module(module), cls)  # shared/ is mounted on the container's path
     assert callable(extension.update_weights_from_path)

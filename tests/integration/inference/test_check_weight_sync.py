@@ -18,13 +18,36 @@ SCRIPT = REPO / "deploy" / "vllm" / "check_weight_sync.py"
 
 
 def test_every_step_matches_the_forward_pass(tmp_path, tiny_model, weights_root, perturbed, lora_adapter):
-    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
-                                 weights_root=str(weights_root), max_loras=2, max_lora_rank=16)
+    settings = InferenceSettings(
+        model=str(tiny_model),
+        served_model_name="policy",
+        port=free_port(),
+        weights_root=str(weights_root),
+        max_loras=2,
+        max_lora_rank=16,
+    )
     out = tmp_path / "sync.json"
     with serve_in_thread(settings) as url:
-        run = subprocess.run([sys.executable, str(SCRIPT), "--url", url, "--model", str(tiny_model), "--weights",
-                              str(perturbed[0]), "--adapter", str(lora_adapter[0]), "--out", str(out)],
-                             capture_output=True, text=True, timeout=300, cwd=REPO)
+        run = subprocess.run(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "--url",
+                url,
+                "--model",
+                str(tiny_model),
+                "--weights",
+                str(perturbed[0]),
+                "--adapter",
+                str(lora_adapter[0]),
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [r["step"] for r in rows] == ["base", "reload", "lora", "restore"]
@@ -37,13 +60,31 @@ def test_serving_other_weights_than_claimed_fails(tmp_path, tiny_model, weights_
     claimed = weights_root / "claimed"
     shutil.copytree(tiny_model, claimed)
     shutil.copy(perturbed[0] / "model.safetensors", claimed / "model.safetensors")
-    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
-                                 weights_root=str(weights_root))
+    settings = InferenceSettings(
+        model=str(tiny_model), served_model_name="policy", port=free_port(), weights_root=str(weights_root)
+    )
     out = tmp_path / "sync.json"
     with serve_in_thread(settings) as url:
-        run = subprocess.run([sys.executable, str(SCRIPT), "--url", url, "--model", str(claimed), "--weights",
-                              str(perturbed[0]), "--max-tokens", "8", "--out", str(out)],
-                             capture_output=True, text=True, timeout=300, cwd=REPO)
+        run = subprocess.run(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "--url",
+                url,
+                "--model",
+                str(claimed),
+                "--weights",
+                str(perturbed[0]),
+                "--max-tokens",
+                "8",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
     assert run.returncode == 1, run.stdout + run.stderr
     rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
     assert not rows["base"]["ok"] and rows["base"]["max_abs_diff"] > 1e-2

@@ -39,8 +39,11 @@ def _ours(server_url: str, request: dict) -> dict:
 
 
 def test_completion_bodies_have_vllms_fields(server_url):
-    for name in ("completion_stop_and_length.json", "completion_eos_and_stop_token.json",
-                 "completion_legacy_no_token_ids.json"):
+    for name in (
+        "completion_stop_and_length.json",
+        "completion_eos_and_stop_token.json",
+        "completion_legacy_no_token_ids.json",
+    ):
         data = fixture(name)
         ours = _ours(server_url, data["request"])
         theirs = data["response"]
@@ -70,8 +73,9 @@ def test_models_and_admin_bodies(server_url, lora_dir_for_contract):
     assert keys(ours) == keys(theirs)
     assert keys(ours["data"][0]) == keys(theirs["data"][0])
     admin = fixture("admin.json")
-    load = httpx.post(f"{server_url}/v1/load_lora_adapter",
-                      json={"lora_name": "contract", "lora_path": str(lora_dir_for_contract)})
+    load = httpx.post(
+        f"{server_url}/v1/load_lora_adapter", json={"lora_name": "contract", "lora_path": str(lora_dir_for_contract)}
+    )
     assert load.status_code == 200 and load.text == admin["load_lora_adapter"]["text"].replace("policy-v3", "contract")
     card = next(c for c in httpx.get(f"{server_url}/v1/models").json()["data"] if c["id"] == "contract")
     assert keys(card) == keys(theirs["data"][1]) and card["parent"] == "policy"
@@ -83,11 +87,13 @@ def _error_requests(lora_dir: Path) -> dict[str, list[tuple[str, str, dict]]]:
     """For each recorded vLLM error case, the requests that reproduce it here (the last one's answer counts)."""
     adapter = {"lora_name": "policy-v3", "lora_path": str(lora_dir)}
     return {
-        "unknown model (current ErrorResponse shape)": [("POST", "/v1/completions",
-                                                         {"model": "policy-v99", "prompt": [1], "max_tokens": 4})],
+        "unknown model (current ErrorResponse shape)": [
+            ("POST", "/v1/completions", {"model": "policy-v99", "prompt": [1], "max_tokens": 4})
+        ],
         "negative max_tokens": [("POST", "/v1/completions", {"model": "policy", "prompt": [1], "max_tokens": -1})],
-        "prompt longer than the context": [("POST", "/v1/completions",
-                                            {"model": "policy", "prompt": [1] * 520, "max_tokens": 4})],
+        "prompt longer than the context": [
+            ("POST", "/v1/completions", {"model": "policy", "prompt": [1] * 520, "max_tokens": 4})
+        ],
         "unload of an unknown adapter": [("POST", "/v1/unload_lora_adapter", {"lora_name": "policy-v1"})],
         "dev route HTTPException (collective_rpc without method)": [("POST", "/collective_rpc", {})],
         "LoRA already loaded": [("POST", "/v1/load_lora_adapter", adapter), ("POST", "/v1/load_lora_adapter", adapter)],

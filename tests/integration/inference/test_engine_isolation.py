@@ -31,8 +31,9 @@ def engine(runner):
 
 def request(prompt: list[int], seed: int, **params) -> GenerationRequest:
     params = SamplingParams(**{"max_tokens": 8, "ignore_eos": True, **params})
-    return GenerationRequest([Sequence(prompt=prompt, params=params, adapter=None, generator=g)
-                              for g in make_generators(seed, 1)])
+    return GenerationRequest(
+        [Sequence(prompt=prompt, params=params, adapter=None, generator=g) for g in make_generators(seed, 1)]
+    )
 
 
 def goods(count: int = 16) -> list[GenerationRequest]:

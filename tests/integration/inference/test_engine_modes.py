@@ -20,8 +20,9 @@ def runner(tiny_model):
 
 
 def run(engine: Engine, params: SamplingParams, n: int = 2, seed: int = 0) -> list[Sequence]:
-    request = GenerationRequest([Sequence(prompt=PROMPT, params=params, adapter=None, generator=g)
-                                 for g in make_generators(seed, n)])
+    request = GenerationRequest(
+        [Sequence(prompt=PROMPT, params=params, adapter=None, generator=g) for g in make_generators(seed, n)]
+    )
     engine.submit(request)
     sequences, _ = request.future.result(timeout=60)
     return sequences
@@ -34,7 +35,7 @@ def test_processed_logprobs_are_of_the_tempered_distribution(runner, reference):
         for seq in run(engine, SamplingParams(max_tokens=12, temperature=0.7, ignore_eos=True)):
             with torch.inference_mode():
                 logits = reference(torch.tensor([PROMPT + seq.out_ids])).logits[0].float()
-            lp = (logits / 0.7).log_softmax(-1)[len(PROMPT) - 1:-1]
+            lp = (logits / 0.7).log_softmax(-1)[len(PROMPT) - 1 : -1]
             ref = lp.gather(1, torch.tensor(seq.out_ids).unsqueeze(1)).squeeze(1)
             assert (ref - torch.tensor(seq.out_logprobs)).abs().max() < 1e-4
     finally:

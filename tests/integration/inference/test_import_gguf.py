@@ -26,9 +26,12 @@ CHAT_TEMPLATE = (
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-TEXT = ["Who wrote Hamlet? William Shakespeare wrote Hamlet around 1600.",
-        "The quick brown fox jumps over the lazy dog.", "Zürich and café are names; 12345 is a number.",
-        "Search the corpus, read the documents, then answer the question."] * 20
+TEXT = [
+    "Who wrote Hamlet? William Shakespeare wrote Hamlet around 1600.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Zürich and café are names; 12345 is a number.",
+    "Search the corpus, read the documents, then answer the question.",
+] * 20
 SAMPLES = ["Who wrote Hamlet in 1603?", "  two spaces\n\nand tabs\t.", "<|im_start|>user\nhi<|im_end|>", "é ü 日本"]
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 2, 1, 128  # head_dim 32: vLLM's CPU attention has no 16
 
@@ -39,16 +42,21 @@ def tiny_vocab() -> tuple[list[str], list[str]]:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        TEXT,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     model = json.loads(tok.to_str())["model"]
     tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     return tokens, merges
 
 
-def write_gguf(path: Path, arch: str = "llama", odd_tensor_type=None, seed: int = 0,
-               tokenizer_model: str = "gpt2") -> Path:
+def write_gguf(
+    path: Path, arch: str = "llama", odd_tensor_type=None, seed: int = 0, tokenizer_model: str = "gpt2"
+) -> Path:
     """A tiny llama GGUF as llama.cpp's converter lays it out: Q8_0 embeddings (tied, no output.weight),
     Q4_1 attention/MLP matrices, F32 norms; ``odd_tensor_type`` stores one matrix in that ggml type."""
     from gguf import GGMLQuantizationType as T
@@ -144,8 +152,7 @@ def from_gguf(tiny_gguf):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name,
-                                                 dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name, dtype=torch.float32).eval()
     return tokenizer, model
 
 
@@ -153,8 +160,15 @@ def test_folder_loads_with_transformers_like_the_gguf(imported, from_gguf):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", "gguf_import.json"} <= {p.name for p in imported.iterdir()}
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "gguf_import.json",
+    } <= {p.name for p in imported.iterdir()}
     assert not list(imported.parent.glob(".*tmp*"))  # the temporary folder was renamed, nothing left
     config = json.loads((imported / "config.json").read_text())
     assert config["model_type"] == "llama" and config["architectures"] == ["LlamaForCausalLM"]
@@ -185,8 +199,9 @@ def test_folder_loads_with_transformers_like_the_gguf(imported, from_gguf):
 
 
 def chat_prompt(tokenizer, question: str) -> list[int]:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -197,15 +212,17 @@ def test_our_server_serves_the_import_with_the_gguf_numbers(imported, from_gguf,
 
     gguf_tok, gguf_model = from_gguf
     prompt = chat_prompt(gguf_tok, "Who wrote Hamlet?")
-    settings = InferenceSettings(model=str(imported), served_model_name="policy", port=free_port(),
-                                 weights_root=str(tmp_path))
+    settings = InferenceSettings(
+        model=str(imported), served_model_name="policy", port=free_port(), weights_root=str(tmp_path)
+    )
     with serve_in_thread(settings) as url, SyncInferenceClient(url) as client:
         choice = client.complete("policy", prompt, max_tokens=10, temperature=0.0, ignore_eos=True).choices[0]
     import torch
 
     with torch.inference_mode():
-        greedy = gguf_model.generate(torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10,
-                                     do_sample=False)[0, len(prompt):].tolist()
+        greedy = gguf_model.generate(torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False)[
+            0, len(prompt) :
+        ].tolist()
     assert choice.token_ids == greedy
     expected = reference_logprobs(gguf_model, prompt, greedy)
     assert max(abs(a - b) for a, b in zip(choice.logprobs, expected, strict=True)) < 1e-4
@@ -247,10 +264,14 @@ def test_unsupported_or_missing_inputs_exit_2_with_one_line(tmp_path, capsys):
     out = tmp_path / "out"
     cases = {
         "architecture 'rwkv6' is not supported": ["--gguf", str(write_gguf(tmp_path / "rwkv.gguf", arch="rwkv6"))],
-        "quantisation Q8_1 cannot be dequantised": ["--gguf", str(write_gguf(tmp_path / "q81.gguf",
-                                                                               odd_tensor_type=T.Q8_1))],
+        "quantisation Q8_1 cannot be dequantised": [
+            "--gguf",
+            str(write_gguf(tmp_path / "q81.gguf", odd_tensor_type=T.Q8_1)),
+        ],
         "transformers cannot load bert.gguf: ValueError: Cannot build a tokenizer": [
-            "--gguf", str(write_gguf(tmp_path / "bert.gguf", tokenizer_model="bert"))],
+            "--gguf",
+            str(write_gguf(tmp_path / "bert.gguf", tokenizer_model="bert")),
+        ],
         "GGUF file not found": ["--gguf", str(tmp_path / "absent.gguf")],
         "is not a GGUF file": ["--gguf", str(Path(__file__))],
         "package 'no-such-gguf-package' is not installed": ["--package", "no-such-gguf-package"],
@@ -270,10 +291,15 @@ def test_vllm_serves_the_import_like_our_server(imported, from_gguf, tmp_path):
     from tests.live_vllm import running_vllm
 
     prompt = chat_prompt(from_gguf[0], "Who wrote Hamlet?")
-    settings = InferenceSettings(model=str(imported), served_model_name="policy", port=free_port(),
-                                 weights_root=str(tmp_path))
-    with (running_vllm(imported, tmp_path / "vllm.log", max_model_len=256) as vllm_url,
-          serve_in_thread(settings) as ours, SyncInferenceClient(ours) as a, SyncInferenceClient(vllm_url) as b):
+    settings = InferenceSettings(
+        model=str(imported), served_model_name="policy", port=free_port(), weights_root=str(tmp_path)
+    )
+    with (
+        running_vllm(imported, tmp_path / "vllm.log", max_model_len=256) as vllm_url,
+        serve_in_thread(settings) as ours,
+        SyncInferenceClient(ours) as a,
+        SyncInferenceClient(vllm_url) as b,
+    ):
         x = a.complete("policy", prompt, max_tokens=16, temperature=0.0, ignore_eos=True).choices[0]
         y = b.complete("policy", prompt, max_tokens=16, temperature=0.0, ignore_eos=True).choices[0]
     assert x.token_ids == y.token_ids
@@ -305,8 +331,9 @@ def test_real_smollm2_from_the_wheel_answers(tmp_path):
         assert json.loads((out / "gguf_import.json").read_text())["parameters"] == 134_515_008
         tok = AutoTokenizer.from_pretrained(out)
         ids = chat_prompt(tok, "Who wrote Hamlet?")
-        settings = InferenceSettings(model=str(out), served_model_name="policy", port=free_port(),
-                                     weights_root=str(tmp_path))
+        settings = InferenceSettings(
+            model=str(out), served_model_name="policy", port=free_port(), weights_root=str(tmp_path)
+        )
         with serve_in_thread(settings) as url, SyncInferenceClient(url) as client:
             choice = client.complete("policy", ids, max_tokens=32, temperature=0.0).choices[0]
         answer = tok.decode(choice.token_ids, skip_special_tokens=True)

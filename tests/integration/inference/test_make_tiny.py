@@ -17,16 +17,46 @@ def digest(folder) -> dict[str, str]:
 
 
 def test_make_tiny_is_deterministic_and_loadable(tmp_path, capsys):
-    args = ["make-tiny", "--size", "tiny", "--seed", "3", "--text", str(corpus()), "--max-texts", "300",
-            "--vocab-size", "600", "--max-len", "128"]
+    args = [
+        "make-tiny",
+        "--size",
+        "tiny",
+        "--seed",
+        "3",
+        "--text",
+        str(corpus()),
+        "--max-texts",
+        "300",
+        "--vocab-size",
+        "600",
+        "--max-len",
+        "128",
+    ]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     assert "parameters" in capsys.readouterr().out
     assert digest(tmp_path / "a") == digest(tmp_path / "b")
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= set(
-        digest(tmp_path / "a"))
-    assert main([*args[:-6], "--text", str(corpus()), "--max-texts", "300", "--vocab-size", "600",
-                 "--seed", "4", "--out", str(tmp_path / "c")]) == 0
+        digest(tmp_path / "a")
+    )
+    assert (
+        main(
+            [
+                *args[:-6],
+                "--text",
+                str(corpus()),
+                "--max-texts",
+                "300",
+                "--vocab-size",
+                "600",
+                "--seed",
+                "4",
+                "--out",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 0
+    )
     assert digest(tmp_path / "c")["model.safetensors"] != digest(tmp_path / "a")["model.safetensors"]
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,8 +82,26 @@ def test_make_tiny_is_deterministic_and_loadable(tmp_path, capsys):
 def test_extra_tokens_are_single_ids(tmp_path):
     names = tmp_path / "names.txt"
     names.write_text("Zorblax Quintara\nVelmo\n")
-    assert main(["make-tiny", "--out", str(tmp_path / "m"), "--text", str(corpus()), "--max-texts", "200",
-                 "--vocab-size", "500", "--max-len", "64", "--extra-tokens", str(names)]) == 0
+    assert (
+        main(
+            [
+                "make-tiny",
+                "--out",
+                str(tmp_path / "m"),
+                "--text",
+                str(corpus()),
+                "--max-texts",
+                "200",
+                "--vocab-size",
+                "500",
+                "--max-len",
+                "64",
+                "--extra-tokens",
+                str(names),
+            ]
+        )
+        == 0
+    )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tmp_path / "m")

@@ -22,8 +22,14 @@ PAUSE_WAIT_S = 1.0  # this server's bound on waiting for /resume (production: 60
 @pytest.fixture(scope="module")
 def served(tiny_model, weights_root):
     """``(url, app)``: a server of its own (its engine gets faults injected), vocabulary 1040, context 512."""
-    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
-                                 weights_root=str(weights_root), max_num_seqs=64, pause_wait_s=PAUSE_WAIT_S)
+    settings = InferenceSettings(
+        model=str(tiny_model),
+        served_model_name="policy",
+        port=free_port(),
+        weights_root=str(weights_root),
+        max_num_seqs=64,
+        pause_wait_s=PAUSE_WAIT_S,
+    )
     app = create_inference_app(settings)
     with serve_in_thread(settings, app=app) as url:
         yield url, app
@@ -47,15 +53,18 @@ async def test_a_bad_request_fails_alone_among_concurrent_good_ones(url):
             assert all(len(r.json()["choices"][0]["text"]) > 0 for r in responses[1:])
 
 
-@pytest.mark.parametrize(("extra", "param"), [
-    ({"stop_token_ids": [1040]}, "stop_token_ids"),  # len(tokenizer) is 1040 (added tags)
-    ({"stop_token_ids": [-1]}, "stop_token_ids"),
-    ({"prompt": [[1, 2], [3, 10**20]]}, "prompt"),
-    ({"logit_bias": {"99999": 1.0}}, "logit_bias"),
-    ({"logit_bias": {"x": 1.0}}, "logit_bias"),
-    ({"allowed_token_ids": [5, 4096]}, "allowed_token_ids"),
-    ({"logprob_token_ids": [2000]}, "logprob_token_ids"),
-])
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"stop_token_ids": [1040]}, "stop_token_ids"),  # len(tokenizer) is 1040 (added tags)
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"prompt": [[1, 2], [3, 10**20]]}, "prompt"),
+        ({"logit_bias": {"99999": 1.0}}, "logit_bias"),
+        ({"logit_bias": {"x": 1.0}}, "logit_bias"),
+        ({"allowed_token_ids": [5, 4096]}, "allowed_token_ids"),
+        ({"logprob_token_ids": [2000]}, "logprob_token_ids"),
+    ],
+)
 def test_every_token_id_a_request_carries_is_checked(url, extra, param):
     response = httpx.post(f"{url}/v1/completions", json={**GOOD, **extra}, timeout=30)
     assert response.status_code == 400, response.text
@@ -63,14 +72,16 @@ def test_every_token_id_a_request_carries_is_checked(url, extra, param):
     assert error["param"] == param and "vocabulary" in error["message"]
 
 
-@pytest.mark.parametrize("field", ["temperature", "top_p", "presence_penalty", "frequency_penalty",
-                                   "repetition_penalty", "min_p"])
+@pytest.mark.parametrize(
+    "field", ["temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"]
+)
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_sampling_parameters_are_400(url, field, literal):
     # Python's json (and so the server) reads these literals; a JSON encoder would not write them.
     body = f'{{"model": "policy", "prompt": [1, 2], "max_tokens": 2, "{field}": {literal}}}'.encode()
-    response = httpx.post(f"{url}/v1/completions", content=body, headers={"content-type": "application/json"},
-                          timeout=30)
+    response = httpx.post(
+        f"{url}/v1/completions", content=body, headers={"content-type": "application/json"}, timeout=30
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == field and "finite" in error["message"]

@@ -19,8 +19,14 @@ PROMPT = [5, 17, 300, 42, 9, 77]
 
 @pytest.fixture(scope="module")
 def url(tiny_model, weights_root):
-    settings = InferenceSettings(model=str(tiny_model), served_model_name="policy", port=free_port(),
-                                 weights_root=str(weights_root), max_loras=2, max_lora_rank=16)
+    settings = InferenceSettings(
+        model=str(tiny_model),
+        served_model_name="policy",
+        port=free_port(),
+        weights_root=str(weights_root),
+        max_loras=2,
+        max_lora_rank=16,
+    )
     with serve_in_thread(settings) as url:
         yield url
 
@@ -31,8 +37,14 @@ def state(url: str, models: tuple[str, ...] = ("policy", "kept")) -> tuple:
         assert http.get("/health").status_code == 200
         outs = []
         for model in models:
-            body = {"model": model, "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
-                    "return_token_ids": True}
+            body = {
+                "model": model,
+                "prompt": PROMPT,
+                "max_tokens": 8,
+                "temperature": 0,
+                "ignore_eos": True,
+                "return_token_ids": True,
+            }
             data = http.post("/v1/completions", json=body).json()
             outs.append((data["choices"][0]["token_ids"], data["weight_version"]))
         return outs, sorted(card["id"] for card in http.get("/v1/models").json()["data"])
@@ -84,19 +96,29 @@ def _truncated_copy(source: Path, target: Path, file: str) -> Path:
 
 
 def _reload(url: str, path: Path) -> httpx.Response:
-    return httpx.post(f"{url}/collective_rpc", json={"method": "update_weights_from_path", "args": [str(path)]},
-                      timeout=60)
+    return httpx.post(
+        f"{url}/collective_rpc", json={"method": "update_weights_from_path", "args": [str(path)]}, timeout=60
+    )
 
 
 def _load(url: str, path: Path, name: str = "bad", inplace: bool = False) -> httpx.Response:
-    return httpx.post(f"{url}/v1/load_lora_adapter", timeout=60,
-                      json={"lora_name": name, "lora_path": str(path), "load_inplace": inplace})
+    return httpx.post(
+        f"{url}/v1/load_lora_adapter",
+        timeout=60,
+        json={"lora_name": name, "lora_path": str(path), "load_inplace": inplace},
+    )
 
 
-@pytest.mark.parametrize(("fault", "needle"), [
-    ("nan", "non-finite"), ("inf", "non-finite"), ("-inf", "non-finite"), ("truncated", "could not read"),
-    ("garbage", "could not read"),
-])
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("nan", "non-finite"),
+        ("inf", "non-finite"),
+        ("-inf", "non-finite"),
+        ("truncated", "could not read"),
+        ("garbage", "could not read"),
+    ],
+)
 def test_bad_full_reload_is_400_and_changes_nothing(url, kept_adapter, tiny_model, weights_root, fault, needle):
     before = state(url)
     target = weights_root / f"full-{fault}"

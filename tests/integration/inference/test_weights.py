@@ -28,7 +28,7 @@ def _greedy(model, prompt: list[int], steps: int) -> list[int]:
     with torch.inference_mode():
         for _ in range(steps):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def test_lora_load_changes_outputs_to_the_adapters_and_unload_restores(client, reference, lora_adapter):
@@ -59,8 +59,12 @@ async def test_base_and_adapter_rows_share_a_batch(server_url, client, reference
     client.load_lora("mixed", str(path))
     try:
         async with InferenceClient(server_url) as llm:
-            outs = await asyncio.gather(*[llm.complete("mixed" if i % 2 else "policy", PROMPT, max_tokens=10,
-                                                       seed=i, ignore_eos=True) for i in range(8)])
+            outs = await asyncio.gather(
+                *[
+                    llm.complete("mixed" if i % 2 else "policy", PROMPT, max_tokens=10, seed=i, ignore_eos=True)
+                    for i in range(8)
+                ]
+            )
         for i, out in enumerate(outs):
             model = lora_model if i % 2 else reference
             ref = reference_logprobs(model, PROMPT, out.choices[0].token_ids)
@@ -106,8 +110,10 @@ def test_full_reload_serves_exactly_the_new_weights_then_the_original(client, re
         assert _max_diff(choice.logprobs, reference_logprobs(new_model, PROMPT, choice.token_ids)) < 1e-4
         greedy = client.complete("policy", PROMPT, max_tokens=12, temperature=0, ignore_eos=True).choices[0]
         assert greedy.token_ids == _greedy(new_model, PROMPT, 12)
-        assert _max_diff(reference_logprobs(new_model, PROMPT, before.choices[0].token_ids),
-                         before.choices[0].logprobs) > 1e-3
+        assert (
+            _max_diff(reference_logprobs(new_model, PROMPT, before.choices[0].token_ids), before.choices[0].logprobs)
+            > 1e-3
+        )
     finally:
         client.reload_weights(str(tiny_model), version=6)
     after = client.complete("policy", PROMPT, max_tokens=16, seed=9, ignore_eos=True)

@@ -15,8 +15,9 @@ from tests.integration.retriever.conftest import CORPUS, EMBEDDINGS
 
 
 def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.retriever", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "services.retriever", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
 
 
 def test_help_is_instant_and_helpful():
@@ -35,8 +36,21 @@ def test_build_cli_on_a_corpus_slice(tmp_path):
     corpus, emb = tmp_path / "corpus.jsonl", tmp_path / "emb.npy"
     corpus.write_text("\n".join(lines) + "\n")
     np.save(emb, np.load(EMBEDDINGS)[:60])
-    out = cli("build", "--corpus", str(corpus), "--embeddings", str(emb), "--out", str(tmp_path / "idx"),
-              "--faiss", "HNSW32", "--query-prefix", "query: ", "--passage-prefix", "passage: ")
+    out = cli(
+        "build",
+        "--corpus",
+        str(corpus),
+        "--embeddings",
+        str(emb),
+        "--out",
+        str(tmp_path / "idx"),
+        "--faiss",
+        "HNSW32",
+        "--query-prefix",
+        "query: ",
+        "--passage-prefix",
+        "passage: ",
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["rows"] == 60
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())

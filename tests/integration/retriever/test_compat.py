@@ -62,8 +62,13 @@ def verl_format(api_response: dict) -> str:
 
 
 def test_search_r1_client(url):
-    blocks = search_r1_batch_search(url, ["Were Scott Derrickson and Ed Wood of the same nationality?",
-                                          "Which magazine was started first, Arthur's Magazine or First for Women?"])
+    blocks = search_r1_batch_search(
+        url,
+        [
+            "Were Scott Derrickson and Ed Wood of the same nationality?",
+            "Which magazine was started first, Arthur's Magazine or First for Women?",
+        ],
+    )
     assert len(blocks) == 2
     for block in blocks:
         lines = [line for line in block.split("\n") if line.startswith("Doc ")]

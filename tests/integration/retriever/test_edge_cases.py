@@ -85,8 +85,14 @@ def test_3000_distinct_sparse_queries(url):
 
 
 def test_modes_and_fusion_overrides(url):
-    for extra in ({"mode": "dense"}, {"mode": "sparse"}, {"fusion": "rrf"}, {"fusion": "zscore"},
-                  {"sparse_weight": 0.7, "depth": 20}, {"rrf_k": 10, "fusion": "rrf"}):
+    for extra in (
+        {"mode": "dense"},
+        {"mode": "sparse"},
+        {"fusion": "rrf"},
+        {"fusion": "zscore"},
+        {"sparse_weight": 0.7, "depth": 20},
+        {"rrf_k": 10, "fusion": "rrf"},
+    ):
         r = post(url, {"queries": ["Ed Wood"], "topk": 5, "return_scores": True, **extra})
         assert r.status_code == 200 and len(r.json()["result"][0]) == 5, extra
 

@@ -33,9 +33,11 @@ def test_sparse_default_server_warms_the_encoder_before_it_is_ready(index_dir):
 
 def test_search_many_mixes_modes_and_depths(server):
     retriever = server.app.state.retriever
-    specs = [SearchSpec(["Ed Wood"], 2, "dense"), SearchSpec(["Ed Wood", "Scott Derrickson"], 5, "hybrid",
-                                                              depth=10),
-             SearchSpec(["Ed Wood"], 4, "sparse")]
+    specs = [
+        SearchSpec(["Ed Wood"], 2, "dense"),
+        SearchSpec(["Ed Wood", "Scott Derrickson"], 5, "hybrid", depth=10),
+        SearchSpec(["Ed Wood"], 4, "sparse"),
+    ]
     (d_ids, _), (h_ids, h_scores), (s_ids, _) = retriever.search_many(specs)
     assert d_ids.shape == (1, 2) and h_ids.shape == (2, 5) and s_ids.shape == (1, 4)
     alone_dense, _ = retriever.search(["Ed Wood"], 2, "dense")

@@ -57,8 +57,7 @@ async def test_a_small_request_is_not_held_up_by_a_big_one_and_a_gone_client_is_
             latencies = []
             for i in range(3):
                 t = time.perf_counter()
-                r = await small_client.post(url + "/retrieve", json={"queries": [f"Ed Wood film {i}"],
-                                                                      "mode": "dense"})
+                r = await small_client.post(url + "/retrieve", json={"queries": [f"Ed Wood film {i}"], "mode": "dense"})
                 latencies.append(time.perf_counter() - t)
                 assert r.status_code == 200 and len(r.json()["result"][0]) == 3
             assert not big.done()  # it really was in flight the whole time

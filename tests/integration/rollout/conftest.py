@@ -27,10 +27,23 @@ def fake_llm():
 @pytest.fixture
 def make_settings(redis_server, retriever_url):
     def make(llm_url: str, **overrides) -> RolloutSettings:
-        base = dict(tokenizer="char", inference_url=llm_url, retriever_url=retriever_url, redis_url=redis_server.url,
-                    dataset="bundled:lookup", n_samples=2, groups_per_step=2, max_staleness=0, retry_attempts=3,
-                    retry_backoff_s=0.01, max_turns=3, executor_max_turns=2, max_tokens_per_turn=200,
-                    max_context_tokens=8000, http_timeout_s=20)
+        base = dict(
+            tokenizer="char",
+            inference_url=llm_url,
+            retriever_url=retriever_url,
+            redis_url=redis_server.url,
+            dataset="bundled:lookup",
+            n_samples=2,
+            groups_per_step=2,
+            max_staleness=0,
+            retry_attempts=3,
+            retry_backoff_s=0.01,
+            max_turns=3,
+            executor_max_turns=2,
+            max_tokens_per_turn=200,
+            max_context_tokens=8000,
+            http_timeout_s=20,
+        )
         return RolloutSettings.load(**{**base, **overrides})
 
     return make

@@ -50,8 +50,14 @@ def inference_server() -> str:
     from services.inference.config import InferenceSettings
 
     model = tiny_model()
-    settings = InferenceSettings(model=str(model), served_model_name="policy", weights_root=str(_TMP),
-                                 max_num_seqs=64, max_loras=2, max_lora_rank=16)
+    settings = InferenceSettings(
+        model=str(model),
+        served_model_name="policy",
+        weights_root=str(_TMP),
+        max_num_seqs=64,
+        max_loras=2,
+        max_lora_rank=16,
+    )
     server = ThreadedServer(create_inference_app(settings))
     url = server.start(timeout_s=120)
     atexit.register(server.stop)

@@ -9,8 +9,14 @@ from services.rollout.eval import format_table, run_eval
 
 
 def test_eval_writes_table_and_json(fake_llm, make_settings, tmp_path):
-    settings = make_settings(fake_llm.url, agent="search-r1", split="test", dataset="bundled:lookup-test",
-                             eval_limit=6, eval_output=str(tmp_path))
+    settings = make_settings(
+        fake_llm.url,
+        agent="search-r1",
+        split="test",
+        dataset="bundled:lookup-test",
+        eval_limit=6,
+        eval_output=str(tmp_path),
+    )
     path, returned = run_eval(settings)
     result = json.loads(path.read_text())
     assert result == json.loads(json.dumps(returned))
@@ -26,10 +32,29 @@ def test_eval_writes_table_and_json(fake_llm, make_settings, tmp_path):
 def test_eval_command_prints_the_table(fake_llm, make_settings, tmp_path, capsys):
     """``python -m services.rollout eval`` prints the table and where the JSON went (the CLI's stdout)."""
     settings = make_settings(fake_llm.url)
-    main(["eval", "--agent", "search-r1", "--split", "test", "--dataset", "bundled:lookup-test",
-          "--eval-limit", "4", "--eval-output", str(tmp_path), "--tokenizer", "char",
-          "--inference-url", fake_llm.url, "--retriever-url", settings.retriever_url,
-          "--redis-url", settings.redis_url])
+    main(
+        [
+            "eval",
+            "--agent",
+            "search-r1",
+            "--split",
+            "test",
+            "--dataset",
+            "bundled:lookup-test",
+            "--eval-limit",
+            "4",
+            "--eval-output",
+            str(tmp_path),
+            "--tokenizer",
+            "char",
+            "--inference-url",
+            fake_llm.url,
+            "--retriever-url",
+            settings.retriever_url,
+            "--redis-url",
+            settings.redis_url,
+        ]
+    )
     out = capsys.readouterr().out
     written = list(tmp_path.glob("search-r1-test-*.json"))
     assert len(written) == 1
@@ -45,8 +70,14 @@ def test_eval_evaluates_the_adapter_the_trainer_published(fake_llm, make_setting
 
     fake_llm.loras["policy-v3"] = "/weights/v3"
     redis_client.xadd("weights", encode(make_weight_update(3)))
-    settings = make_settings(fake_llm.url, agent="search-r1", split="test", dataset="bundled:lookup-test",
-                             eval_limit=3, eval_output=str(tmp_path))
+    settings = make_settings(
+        fake_llm.url,
+        agent="search-r1",
+        split="test",
+        dataset="bundled:lookup-test",
+        eval_limit=3,
+        eval_output=str(tmp_path),
+    )
     _, result = run_eval(settings)
     assert result["model"] == "policy-v3" and result["failed"] == 0
     assert {c.model for c in fake_llm.calls} == {"policy-v3"}

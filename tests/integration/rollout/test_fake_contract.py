@@ -15,20 +15,26 @@ from tests.integration.rollout.servers import inference_server, tiny_model
 
 def shape(body: dict) -> dict:
     choice = body["choices"][0]
-    return {"top": sorted(body), "choice": sorted(k for k in choice if choice[k] is not None),
-            "logprobs": sorted(choice["logprobs"]), "usage": sorted(body["usage"])}
+    return {
+        "top": sorted(body),
+        "choice": sorted(k for k in choice if choice[k] is not None),
+        "logprobs": sorted(choice["logprobs"]),
+        "usage": sorted(body["usage"]),
+    }
 
 
 def test_fake_and_real_server_answer_in_the_same_shape():
     real_tok = HFTokenizer(str(tiny_model()))
     stops = ["</search>", "</answer>"]
-    real_body = completion_body("policy", real_tok.render(search_agent_messages("Where does Sidar live?")),
-                                max_tokens=12, stop=stops)
+    real_body = completion_body(
+        "policy", real_tok.render(search_agent_messages("Where does Sidar live?")), max_tokens=12, stop=stops
+    )
     real = httpx.post(f"{inference_server()}/v1/completions", json=real_body, timeout=60).json()
     fake = FakeLLM(CharTokenizer(), protocol_script)
     with ThreadedServer(fake.app()) as url:
-        fake_body = completion_body("policy", CharTokenizer().render(search_agent_messages("Where does Sidar live?")),
-                                    max_tokens=12, stop=stops)
+        fake_body = completion_body(
+            "policy", CharTokenizer().render(search_agent_messages("Where does Sidar live?")), max_tokens=12, stop=stops
+        )
         faked = httpx.post(f"{url}/v1/completions", json=fake_body, timeout=10).json()
         long_body = {**fake_body, "max_tokens": 400}
         stopped = httpx.post(f"{url}/v1/completions", json=long_body, timeout=10).json()

@@ -43,8 +43,12 @@ class SwitchedRetriever:
             if self.mode in ("503", "400"):
                 return JSONResponse({"error": {"message": f"switched to {self.mode}"}}, int(self.mode))
             async with httpx.AsyncClient(timeout=30) as client:
-                answer = await client.request(request.method, f"{self.target}/{path}", content=await request.body(),
-                                              headers={"content-type": "application/json"})
+                answer = await client.request(
+                    request.method,
+                    f"{self.target}/{path}",
+                    content=await request.body(),
+                    headers={"content-type": "application/json"},
+                )
             return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
 
         return app
@@ -77,23 +81,36 @@ async def until(predicate, timeout_s: float = 60.0) -> None:
 
 
 def producer_for(settings, ctx, redis_client) -> Producer:
-    return Producer(settings, ctx, client=redis_client, embed=hashing_embed, metrics=RolloutMetrics(),
-                    publisher=StreamQueue(redis_client, "trajectories", TrajectoryGroup),
-                    admission=Admission(1000, 1, max_running=settings.max_running_groups),
-                    prompts=PromptQueue(load_prompts(settings.dataset), seed=0))
+    return Producer(
+        settings,
+        ctx,
+        client=redis_client,
+        embed=hashing_embed,
+        metrics=RolloutMetrics(),
+        publisher=StreamQueue(redis_client, "trajectories", TrajectoryGroup),
+        admission=Admission(1000, 1, max_running=settings.max_running_groups),
+        prompts=PromptQueue(load_prompts(settings.dataset), seed=0),
+    )
 
 
 def waiting(producer: Producer, dependency: str) -> float | None:
-    return producer.metrics.registry.get_sample_value("coda_rollout_waiting_for_dependency",
-                                                      {"dependency": dependency})
+    return producer.metrics.registry.get_sample_value("coda_rollout_waiting_for_dependency", {"dependency": dependency})
 
 
 @pytest.mark.parametrize("outage", ["closed", "503"])
-async def test_retriever_outage_pauses_admission_and_drops_no_prompt(outage, switched, fake_llm, make_settings,
-                                                                     redis_client):
+async def test_retriever_outage_pauses_admission_and_drops_no_prompt(
+    outage, switched, fake_llm, make_settings, redis_client
+):
     # max_prompt_failures=1: before the fix every group the outage failed dropped its prompt for good.
-    settings = make_settings(fake_llm.url, retriever_url=switched.url, agent="search-r1", n_samples=2,
-                             max_running_groups=2, max_prompt_failures=1, retry_attempts=2)
+    settings = make_settings(
+        fake_llm.url,
+        retriever_url=switched.url,
+        agent="search-r1",
+        n_samples=2,
+        max_running_groups=2,
+        max_prompt_failures=1,
+        retry_attempts=2,
+    )
     async with agent_context(settings, tok=TOK) as ctx:
         producer = producer_for(settings, ctx, redis_client)
         task = asyncio.create_task(producer.run())
@@ -117,15 +134,23 @@ async def test_retriever_outage_pauses_admission_and_drops_no_prompt(outage, swi
     assert all(cause.startswith("retriever_") for cause in after["failures_by_cause"])
     # paused, not spinning: only the groups in flight when it went down (plus a race or two) failed
     assert 1 <= after["failed"] <= 2 * settings.max_running_groups
-    assert producer.metrics.registry.get_sample_value("coda_rollout_dependency_outages_total",
-                                                      {"dependency": "retriever"}) == 1.0
+    assert (
+        producer.metrics.registry.get_sample_value("coda_rollout_dependency_outages_total", {"dependency": "retriever"})
+        == 1.0
+    )
 
 
 async def test_the_prompts_own_failures_still_count_and_drop(switched, fake_llm, make_settings, redis_client):
     # A 400 from the retriever is the request's fault, not an outage: no pause, and prompts are dropped.
     switched.mode = "400"
-    settings = make_settings(fake_llm.url, retriever_url=switched.url, agent="search-r1", n_samples=1,
-                             max_running_groups=1, max_prompt_failures=2)
+    settings = make_settings(
+        fake_llm.url,
+        retriever_url=switched.url,
+        agent="search-r1",
+        n_samples=1,
+        max_running_groups=1,
+        max_prompt_failures=2,
+    )
     async with agent_context(settings, tok=TOK) as ctx:
         producer = producer_for(settings, ctx, redis_client)
         await asyncio.wait_for(producer.run(max_groups=4), 60)

@@ -29,8 +29,13 @@ from shared.protocol import TrajectoryGroup
 from shared.stream import StreamQueue
 from tests.integration.rollout.servers import inference_server, tiny_model
 
-ROLES = {"search-r1": {"policy"}, "coda": {"planner", "executor"}, "thinker-searcher": {"thinker"},
-         "recursive-reasoner": {"planner"}, "tool-agent": {"policy"}}
+ROLES = {
+    "search-r1": {"policy"},
+    "coda": {"planner", "executor"},
+    "thinker-searcher": {"thinker"},
+    "recursive-reasoner": {"planner"},
+    "tool-agent": {"policy"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,9 @@ def tok():
 
 @pytest.fixture(scope="module")
 def searcher_url(tok, retriever_url):
-    settings = SearcherSettings(inference_url=inference_server(), retriever_url=retriever_url, max_turns=2,
-                                max_tokens_per_turn=24)
+    settings = SearcherSettings(
+        inference_url=inference_server(), retriever_url=retriever_url, max_turns=2, max_tokens_per_turn=24
+    )
     with ThreadedServer(build_searcher(settings, tok=tok)) as url:
         yield url
 
@@ -59,15 +65,33 @@ def first_prompt(agent: str, question: str, tok) -> list[int]:
 @pytest.mark.parametrize("agent", sorted(ROLES))
 async def test_recipe_with_real_services(agent, tok, retriever_url, searcher_url, redis_server, redis_client):
     settings = RolloutSettings.load(
-        agent=agent, tokenizer=str(tiny_model()), inference_url=inference_server(), retriever_url=retriever_url,
-        searcher_url=searcher_url, redis_url=redis_server.url, n_samples=2, max_turns=2, executor_max_turns=1,
-        max_tokens_per_turn=24, worker_max_tokens=24, searcher_max_turns=1, retry_backoff_s=0.05,
-        dataset="synthetic:arithmetic:8" if agent == "recursive-reasoner" else "bundled:lookup")
+        agent=agent,
+        tokenizer=str(tiny_model()),
+        inference_url=inference_server(),
+        retriever_url=retriever_url,
+        searcher_url=searcher_url,
+        redis_url=redis_server.url,
+        n_samples=2,
+        max_turns=2,
+        executor_max_turns=1,
+        max_tokens_per_turn=24,
+        worker_max_tokens=24,
+        searcher_max_turns=1,
+        retry_backoff_s=0.05,
+        dataset="synthetic:arithmetic:8" if agent == "recursive-reasoner" else "bundled:lookup",
+    )
     records = load_prompts(settings.dataset)
     async with agent_context(settings, tok=tok) as ctx:
-        producer = Producer(settings, ctx, client=redis_client, embed=hashing_embed, metrics=RolloutMetrics(),
-                            publisher=StreamQueue(redis_client, "trajectories", TrajectoryGroup),
-                            admission=Admission(0, 2), prompts=PromptQueue(records, seed=0))
+        producer = Producer(
+            settings,
+            ctx,
+            client=redis_client,
+            embed=hashing_embed,
+            metrics=RolloutMetrics(),
+            publisher=StreamQueue(redis_client, "trajectories", TrajectoryGroup),
+            admission=Admission(0, 2),
+            prompts=PromptQueue(records, seed=0),
+        )
         await asyncio.wait_for(producer.run(max_groups=2), 120)
     assert producer.stats.published == 2, producer.failures
     queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="check", consumer="t")
@@ -80,7 +104,7 @@ async def test_recipe_with_real_services(agent, tok, retriever_url, searcher_url
         mains = [s for s in group.samples if s.parent_id is None]
         assert len(mains) == 2 and {s.role for s in group.samples} <= ROLES[agent]
         for s in mains:
-            assert s.token_ids[:s.prompt_len] == first_prompt(agent, questions[group.prompt_id], tok)
+            assert s.token_ids[: s.prompt_len] == first_prompt(agent, questions[group.prompt_id], tok)
         for s in group.samples:
             trained = [i for i, m in enumerate(s.loss_mask) if m]
             assert trained and trained[0] >= s.prompt_len

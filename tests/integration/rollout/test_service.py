@@ -51,8 +51,9 @@ def check_coda_group(group: TrajectoryGroup, n: int) -> None:
         assert by_id[ex.parent_id].role == "planner" and ex.reward == by_id[ex.parent_id].reward
     for s in group.samples:
         trained = TOK.decode([t for t, m in zip(s.token_ids, s.loss_mask, strict=True) if m])
-        inserted = TOK.decode([t for t, m in zip(s.token_ids[s.prompt_len:], s.loss_mask[s.prompt_len:],
-                                                 strict=True) if not m])
+        inserted = TOK.decode(
+            [t for t, m in zip(s.token_ids[s.prompt_len :], s.loss_mask[s.prompt_len :], strict=True) if not m]
+        )
         assert "<documents>" not in trained and "<result>" not in trained and "Doc 1(" not in trained
         assert ("<documents>" in inserted) if s.role == "executor" else ("<result>" in inserted)
         assert all(lp < 0 for lp, m in zip(s.logprobs, s.loss_mask, strict=True) if m)
@@ -71,7 +72,8 @@ def test_app_publishes_groups_and_admission_follows_versions(scope, fake_llm, ma
         # the trainer publishes version 1 as a LoRA adapter
         fake_llm.loras["policy-v1"] = "/w/1"
         StreamQueue(redis_client, "weights", WeightUpdate).publish(
-            WeightUpdate(version=1, kind="lora", model_name="policy-v1", path="/w/1", step=1, created_at=time.time()))
+            WeightUpdate(version=1, kind="lora", model_name="policy-v1", path="/w/1", step=1, created_at=time.time())
+        )
         redis_client.set("policy:version", 1)
         wait_for(lambda: redis_client.xlen("trajectories") >= 4)
         time.sleep(0.5)
@@ -92,16 +94,23 @@ def test_app_publishes_groups_and_admission_follows_versions(scope, fake_llm, ma
 
 async def run_producer(settings, redis_client, max_groups: int, publisher=None) -> Producer:
     async with agent_context(settings, tok=TOK) as ctx:
-        producer = Producer(settings, ctx, client=redis_client, embed=hashing_embed, metrics=RolloutMetrics(),
-                            publisher=publisher or StreamQueue(redis_client, "trajectories", TrajectoryGroup),
-                            admission=Admission(5, 10, max_running=settings.max_running_groups),
-                            prompts=PromptQueue(load_prompts(settings.dataset), seed=0))
+        producer = Producer(
+            settings,
+            ctx,
+            client=redis_client,
+            embed=hashing_embed,
+            metrics=RolloutMetrics(),
+            publisher=publisher or StreamQueue(redis_client, "trajectories", TrajectoryGroup),
+            admission=Admission(5, 10, max_running=settings.max_running_groups),
+            prompts=PromptQueue(load_prompts(settings.dataset), seed=0),
+        )
         await asyncio.wait_for(producer.run(max_groups=max_groups), 60)
         return producer
 
 
-async def test_llm_5xx_is_retried_then_the_group_fails_and_its_prompt_is_requeued(fake_llm, make_settings,
-                                                                                   redis_client):
+async def test_llm_5xx_is_retried_then_the_group_fails_and_its_prompt_is_requeued(
+    fake_llm, make_settings, redis_client
+):
     settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=2)
     fake_llm.fail_next(2)  # both tries of the first call
     producer = await run_producer(settings, redis_client, max_groups=2)
@@ -138,8 +147,9 @@ async def test_llm_down_fails_groups_and_the_loop_survives(make_settings, redis_
 
 
 async def test_llm_4xx_is_not_retried(fake_llm, make_settings, redis_client):
-    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1,
-                             model_name="policy-v9")  # an adapter the server does not have: 404
+    settings = make_settings(
+        fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, model_name="policy-v9"
+    )  # an adapter the server does not have: 404
     producer = await run_producer(settings, redis_client, max_groups=1)
     assert producer.failures == {"inference_http_404": 1} and fake_llm.requests == 1
 
@@ -147,13 +157,17 @@ async def test_llm_4xx_is_not_retried(fake_llm, make_settings, redis_client):
 @pytest.mark.parametrize("mode", ["down", "503"])
 async def test_retriever_failures_fail_groups_and_the_loop_survives(mode, fake_llm, make_settings, redis_client):
     if mode == "down":
-        producer = await run_producer(make_settings(fake_llm.url, retriever_url=f"http://127.0.0.1:{free_port()}",
-                                                    agent="coda", n_samples=2), redis_client, max_groups=3)
+        producer = await run_producer(
+            make_settings(fake_llm.url, retriever_url=f"http://127.0.0.1:{free_port()}", agent="coda", n_samples=2),
+            redis_client,
+            max_groups=3,
+        )
         assert producer.failures == {"retriever_unreachable": 3}
     else:
         with ThreadedServer(retriever_503()) as url:
-            producer = await run_producer(make_settings(fake_llm.url, retriever_url=url, agent="search-r1"),
-                                          redis_client, max_groups=3)
+            producer = await run_producer(
+                make_settings(fake_llm.url, retriever_url=url, agent="search-r1"), redis_client, max_groups=3
+            )
         assert producer.failures == {"retriever_http_503": 3}
     assert producer.stats.published == 0 and redis_client.xlen("trajectories") == 0
     assert len(producer.prompts.retry) == 3  # every failed prompt is back in the queue
@@ -166,7 +180,8 @@ class RedisDown(StreamQueue):
 
 async def test_publish_failure_requeues_and_keeps_running(fake_llm, make_settings, redis_client):
     settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1)
-    producer = await run_producer(settings, redis_client, max_groups=2,
-                                  publisher=RedisDown(redis_client, "trajectories", TrajectoryGroup))
+    producer = await run_producer(
+        settings, redis_client, max_groups=2, publisher=RedisDown(redis_client, "trajectories", TrajectoryGroup)
+    )
     assert producer.failures == {"redis_error": 2} and len(producer.prompts.retry) == 1
     assert producer.prompts.attempts.total() == 0  # Redis failing is an outage: the prompt is not counted

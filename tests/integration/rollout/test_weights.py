@@ -12,8 +12,14 @@ from shared.stream import StreamQueue
 
 
 def event(version: int, kind: str) -> WeightUpdate:
-    return WeightUpdate(version=version, kind=kind, model_name=f"policy-v{version}", path=f"/w/{version}",
-                        step=version, created_at=time.time())
+    return WeightUpdate(
+        version=version,
+        kind=kind,
+        model_name=f"policy-v{version}",
+        path=f"/w/{version}",
+        step=version,
+        created_at=time.time(),
+    )
 
 
 async def test_follower_applies_lora_and_full_events(redis_client):

@@ -27,8 +27,9 @@ def searcher(retriever_url):
     def start(script, **overrides):
         fake = FakeLLM(CharTokenizer(), script)
         llm = ThreadedServer(fake.app())
-        settings = SearcherSettings(inference_url=llm.start(), retriever_url=retriever_url, tokenizer="char",
-                                    retry_attempts=2, **overrides)
+        settings = SearcherSettings(
+            inference_url=llm.start(), retriever_url=retriever_url, tokenizer="char", retry_attempts=2, **overrides
+        )
         api = ThreadedServer(build_app(settings))
         servers.extend([api, llm])
         return api.start(), fake
@@ -52,23 +53,29 @@ def test_real_search_loop_answers_from_documents(searcher):
 async def test_concurrent_requests_keep_their_own_budgets(searcher):
     url, _ = searcher(always_search)
     async with httpx.AsyncClient(timeout=30) as client:
-        replies = await asyncio.gather(*(client.post(f"{url}/search", json={"query": "q", "max_turns": n})
-                                         for n in (1, 3, 2, 1, 3)))
+        replies = await asyncio.gather(
+            *(client.post(f"{url}/search", json={"query": "q", "max_turns": n}) for n in (1, 3, 2, 1, 3))
+        )
     assert [r.json()["num_searches"] for r in replies] == [1, 3, 2, 1, 3]
     assert not any(r.json()["success"] for r in replies)
 
 
 def test_bad_requests_get_clear_4xx(searcher):
     url, _ = searcher(protocol_script, max_turns_limit=4)
-    for body, fragment in [({"query": ""}, "query"), ({"max_turns": 2}, "query"),
-                           ({"query": "q", "max_turns": 9}, "exceeds"), ({"query": "   "}, "blank")]:
+    for body, fragment in [
+        ({"query": ""}, "query"),
+        ({"max_turns": 2}, "query"),
+        ({"query": "q", "max_turns": 9}, "exceeds"),
+        ({"query": "   "}, "blank"),
+    ]:
         reply = httpx.post(f"{url}/search", json=body, timeout=10)
         assert reply.status_code == 400 and fragment in reply.json()["error"]["message"]
 
 
 def test_model_down_is_a_502_not_a_500(retriever_url):
-    settings = SearcherSettings(inference_url=f"http://127.0.0.1:{free_port()}", retriever_url=retriever_url,
-                                tokenizer="char", retry_attempts=1)
+    settings = SearcherSettings(
+        inference_url=f"http://127.0.0.1:{free_port()}", retriever_url=retriever_url, tokenizer="char", retry_attempts=1
+    )
     with ThreadedServer(build_app(settings)) as url:
         reply = httpx.post(f"{url}/search", json={"query": "q"}, timeout=30)
         assert reply.status_code == 502 and "upstream" in reply.json()["error"]["message"]
@@ -77,8 +84,9 @@ def test_model_down_is_a_502_not_a_500(retriever_url):
 
 
 def test_tiny_model_end_to_end(retriever_url):
-    settings = SearcherSettings(inference_url=inference_server(), retriever_url=retriever_url, max_turns=2,
-                                max_tokens_per_turn=24)
+    settings = SearcherSettings(
+        inference_url=inference_server(), retriever_url=retriever_url, max_turns=2, max_tokens_per_turn=24
+    )
     with ThreadedServer(build_app(settings, tok=HFTokenizer(str(tiny_model())))) as url:
         reply = httpx.post(f"{url}/search", json={"query": "Where does Velkadar live?", "max_turns": 1}, timeout=60)
     result = SearchResponse.model_validate(reply.json())

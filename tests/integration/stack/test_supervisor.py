@@ -23,9 +23,12 @@ def http_service(tmp_path, name="web") -> Service:
     # `python -m http.server` answers GET /health with 200 once a file named "health" exists in its folder.
     (tmp_path / "health").write_text("ok")
     port = free_port()
-    return Service(name, [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                          "--directory", str(tmp_path)], health_url=f"http://127.0.0.1:{port}/health",
-                   startup_timeout_s=30)
+    return Service(
+        name,
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        health_url=f"http://127.0.0.1:{port}/health",
+        startup_timeout_s=30,
+    )
 
 
 def test_start_wait_and_stop(tmp_path):
@@ -57,8 +60,12 @@ def test_a_dying_neighbour_stops_the_wait(tmp_path):
 
 def test_unhealthy_service_times_out(tmp_path):
     with Supervisor(tmp_path / "logs") as sup:
-        sleeper = Service("mute", [sys.executable, "-c", "import time; time.sleep(60)"],
-                          health_url=f"http://127.0.0.1:{free_port()}/health", startup_timeout_s=1.5)
+        sleeper = Service(
+            "mute",
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            health_url=f"http://127.0.0.1:{free_port()}/health",
+            startup_timeout_s=1.5,
+        )
         with pytest.raises(ServiceFailed, match="not healthy within"):
             sup.start(sleeper)
 
@@ -110,8 +117,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=["SIGHUP", "SIGKILL"])
 def test_no_service_outlives_its_supervisor(tmp_path, sig):
     """The terminal closed (SIGHUP) or the supervisor killed outright: its services go too, within seconds."""
-    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path / "logs")], cwd=REPO,
-                           stdout=subprocess.PIPE, text=True)
+    sup = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, str(tmp_path / "logs")], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     children: list[int] = []
     try:
         children += [int(sup.stdout.readline()) for _ in range(2)]

@@ -25,9 +25,26 @@ def _train(root: Path, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS=str(MAX_STEPS))
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "services.stack", "train", "--recipe", "configs/tiny-cpu.toml",
-                                 "--run-root", str(root), "--eval-limit", "4", "--progress-every-s", "2"],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.stack",
+                "train",
+                "--recipe",
+                "configs/tiny-cpu.toml",
+                "--run-root",
+                str(root),
+                "--eval-limit",
+                "4",
+                "--progress-every-s",
+                "2",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 @pytest.mark.slow
@@ -39,7 +56,9 @@ def test_ctrl_c_then_the_same_command_continues_the_run(tmp_path):
         assert first.poll() is None, out.read_text()[-3000:]
         assert time.monotonic() < deadline, out.read_text()[-3000:]
         time.sleep(0.5)
-    first.send_signal(signal.SIGINT)  # Ctrl-C: the terminal signals the supervisor (its services have their own sessions)
+    first.send_signal(
+        signal.SIGINT
+    )  # Ctrl-C: the terminal signals the supervisor (its services have their own sessions)
     assert first.wait(180) == 130, out.read_text()[-3000:]
     run = logs[0].parents[1]
     stopped_at = [r["step"] for r in read_log(logs[0])]
@@ -53,7 +72,7 @@ def test_ctrl_c_then_the_same_command_continues_the_run(tmp_path):
     assert [p.parent for p in root.glob(f"*/{runs.RUN_FILE}")] == [run]  # no second run folder
     steps = [r["step"] for r in read_log(logs[0])]
     # The steps go on from where the first command stopped: one log, each step once, in order, to the end.
-    assert steps[:len(stopped_at)] == stopped_at and steps == list(range(1, MAX_STEPS + 1)), steps
+    assert steps[: len(stopped_at)] == stopped_at and steps == list(range(1, MAX_STEPS + 1)), steps
     state = json.loads(sorted((run / "checkpoints").glob("step-*"))[-1].joinpath("state.json").read_text())
     assert state["step"] == MAX_STEPS and state["version"] >= MAX_STEPS
     trained = state["recent_groups"]

@@ -19,11 +19,11 @@ from services.stack.report import read_log
 REPO = Path(__file__).resolve().parents[3]
 STEPS = 30
 
-REWARD = '''
+REWARD = """
 def contains_the(completion, gold, row):
     assert isinstance(gold, list) and row["question"]  # the row as read, gold answers as a list
     return {"reward": float("the" in completion), "length": float(len(completion))}
-'''
+"""
 
 
 def _recipe(tmp: Path) -> Path:
@@ -36,11 +36,29 @@ def _recipe(tmp: Path) -> Path:
 
 def _train(tmp: Path, recipe: Path, user: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(user), str(REPO)]), OMP_NUM_THREADS="1",
-               CODA_TRAINER_MAX_STEPS=str(STEPS))
-    return subprocess.run([sys.executable, "-m", "services.stack", "train", "--recipe", str(recipe), "--new",
-                           "--run-root", str(tmp / "runs"), "--eval-limit", "4"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(user), str(REPO)]), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS=str(STEPS)
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.stack",
+            "train",
+            "--recipe",
+            str(recipe),
+            "--new",
+            "--run-root",
+            str(tmp / "runs"),
+            "--eval-limit",
+            "4",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow
@@ -62,7 +80,13 @@ def test_a_reward_that_cannot_be_imported_stops_the_start(tmp_path):
     recipe = tmp_path / "bad.toml"
     recipe.write_text('[rollout]\nagent = "single-turn"\nreward = "no_such_module:reward"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
-    done = subprocess.run([sys.executable, "-m", "services.rollout", "eval", "--recipe", str(recipe)],
-                          cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.rollout", "eval", "--recipe", str(recipe)],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert "no_such_module" in done.stderr and "PYTHONPATH" in done.stderr, done.stderr[-2000:]

@@ -30,12 +30,26 @@ def random_group(rng: random.Random, index: int, version: int = 0) -> Trajectory
     for j in range(rng.randrange(2, 5)):
         prompt, gen = rng.randrange(2, 8), rng.randrange(2, 12)
         n = prompt + gen
-        samples.append(Sample(sample_id=f"s{j}", token_ids=[rng.randrange(VOCAB) for _ in range(n)],
-                              prompt_len=prompt, loss_mask=[0] * prompt + [1] * gen,
-                              logprobs=[0.0] * prompt + [-4.0] * gen, versions=[-1] * prompt + [version] * gen,
-                              reward=rng.random(), reward_components={"f1": rng.random()}))
-    return TrajectoryGroup(group_id=f"g{index:04d}", prompt_id=f"p{index}", recipe="test", policy_version=version,
-                           samples=samples, created_at=time.time())
+        samples.append(
+            Sample(
+                sample_id=f"s{j}",
+                token_ids=[rng.randrange(VOCAB) for _ in range(n)],
+                prompt_len=prompt,
+                loss_mask=[0] * prompt + [1] * gen,
+                logprobs=[0.0] * prompt + [-4.0] * gen,
+                versions=[-1] * prompt + [version] * gen,
+                reward=rng.random(),
+                reward_components={"f1": rng.random()},
+            )
+        )
+    return TrajectoryGroup(
+        group_id=f"g{index:04d}",
+        prompt_id=f"p{index}",
+        recipe="test",
+        policy_version=version,
+        samples=samples,
+        created_at=time.time(),
+    )
 
 
 def sft_file(path: Path, rng: random.Random, n: int = 6) -> Path:
@@ -56,8 +70,13 @@ def trainer_env(**faults: str) -> dict[str, str]:
 
 def start_trainer(args: list[str], log: Path, **env: str) -> subprocess.Popen:
     with open(log, "ab") as fh:
-        return subprocess.Popen([sys.executable, "-m", "services.trainer", "train", *args], cwd=REPO,
-                                stdout=fh, stderr=subprocess.STDOUT, env=trainer_env(**env))
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.trainer", "train", *args],
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(**env),
+        )
 
 
 def checkpoint_state(root: Path) -> dict:
@@ -76,8 +95,9 @@ def optimizer_steps(root: Path) -> tuple[int, int]:
     return int(states["global_steps"]), int(next(iter(adam.values()))["step"])
 
 
-def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = (),
-                 port: int | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    model: Path, weights_root: Path, extra: tuple[str, ...] = (), port: int | None = None
+) -> tuple[subprocess.Popen, str]:
     """The real CPU inference server on ``port`` (default: a free one), serving ``model`` as ``policy``."""
     from shared.redis_server import free_port
 
@@ -85,8 +105,27 @@ def start_server(model: Path, weights_root: Path, extra: tuple[str, ...] = (),
     # WARNING level: quieter test logs.
     env = {**trainer_env(), "CODA_LOG_LEVEL": "WARNING"}
     with open(weights_root / "server.log", "ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "services.inference", "serve", "--model", str(model),
-                                 "--port", str(port), "--served-model-name", "policy", "--weights-root",
-                                 str(weights_root), "--threads", "1", *extra], cwd=REPO, env=env,
-                                stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.inference",
+                "serve",
+                "--model",
+                str(model),
+                "--port",
+                str(port),
+                "--served-model-name",
+                "policy",
+                "--weights-root",
+                str(weights_root),
+                "--threads",
+                "1",
+                *extra,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     return proc, f"http://127.0.0.1:{port}"

@@ -39,7 +39,7 @@ def _pick_target(llm: SyncInferenceClient, model_dir, prompts: list[list[int]], 
     for p in prompts:
         for c in llm.complete("policy", p, max_tokens=NEW_TOKENS, n=N, seed=1, ignore_eos=True).choices:
             with torch.no_grad():
-                logits = lm(torch.tensor([p + c.token_ids])).logits[0, len(p) - 1:-1]
+                logits = lm(torch.tensor([p + c.token_ids])).logits[0, len(p) - 1 : -1]
             probs = torch.softmax(logits.float(), -1).sum(0)
             total = probs if total is None else total + probs
     total[eos] = 0.0
@@ -53,12 +53,25 @@ def _group(llm: SyncInferenceClient, prompt: list[int], target: int, round_: int
     for c in out.choices:
         gen = len(c.token_ids)
         reward = sum(t == target for t in c.token_ids) / max(gen, 1)
-        samples.append(Sample(sample_id=f"s{c.index}", token_ids=prompt + c.token_ids, prompt_len=len(prompt),
-                              loss_mask=[0] * len(prompt) + [1] * gen, logprobs=[0.0] * len(prompt) + c.logprobs,
-                              versions=[-1] * len(prompt) + [out.weight_version] * gen, reward=reward,
-                              reward_components={"target_fraction": reward}))
-    return TrajectoryGroup(prompt_id=f"p{round_}", recipe="learning-sanity", policy_version=out.weight_version,
-                           samples=samples, created_at=time.time())
+        samples.append(
+            Sample(
+                sample_id=f"s{c.index}",
+                token_ids=prompt + c.token_ids,
+                prompt_len=len(prompt),
+                loss_mask=[0] * len(prompt) + [1] * gen,
+                logprobs=[0.0] * len(prompt) + c.logprobs,
+                versions=[-1] * len(prompt) + [out.weight_version] * gen,
+                reward=reward,
+                reward_components={"target_fraction": reward},
+            )
+        )
+    return TrajectoryGroup(
+        prompt_id=f"p{round_}",
+        recipe="learning-sanity",
+        policy_version=out.weight_version,
+        samples=samples,
+        created_at=time.time(),
+    )
 
 
 def _wait_taken(redis_client, published: int, proc, timeout: float) -> None:
@@ -93,11 +106,42 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
     eos = json.loads((model / "config.json").read_text())["eos_token_id"]
     server, url = h.start_server(model, tmp_path)
     trainer = h.start_trainer(
-        ["--model", str(model), "--redis-url", redis_server.url, "--inference-url", url, "--served-model",
-         "policy", "--groups-per-step", str(GROUPS), "--lr", "1e-2", "--warmup-steps", "0", "--clip-high", "0.28",
-         "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "10", "--weights-dir", str(tmp_path / "w"),
-         "--log-dir", str(tmp_path / "logs"), "--port", "0", "--sync-check", "true", "--read-block-ms", "50",
-         "--max-staleness", "0"], tmp_path / "trainer.log")
+        [
+            "--model",
+            str(model),
+            "--redis-url",
+            redis_server.url,
+            "--inference-url",
+            url,
+            "--served-model",
+            "policy",
+            "--groups-per-step",
+            str(GROUPS),
+            "--lr",
+            "1e-2",
+            "--warmup-steps",
+            "0",
+            "--clip-high",
+            "0.28",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--checkpoint-every",
+            "10",
+            "--weights-dir",
+            str(tmp_path / "w"),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--port",
+            "0",
+            "--sync-check",
+            "true",
+            "--read-block-ms",
+            "50",
+            "--max-staleness",
+            "0",
+        ],
+        tmp_path / "trainer.log",
+    )
     try:
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
@@ -117,8 +161,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
                 _wait_taken(redis_client, GROUPS * len(history), trainer, 60)
         elapsed = time.monotonic() - start
         log = (tmp_path / "trainer.log").read_text()[-3000:]
-        print(f"target {target} (initial probability {expected:.4f}); reward per round {history}; "
-              f"{elapsed:.1f}s")
+        print(f"target {target} (initial probability {expected:.4f}); reward per round {history}; {elapsed:.1f}s")
         assert history[0] < 0.15, history
         assert min(history[-2:]) >= TARGET_REWARD, (f"reward {history} after {elapsed:.0f}s", log)
         records = [json.loads(line) for line in (tmp_path / "logs" / "train.jsonl").read_text().splitlines()]

@@ -24,8 +24,9 @@ def retriever_url(tmp_path_factory):
     from services.retriever.config import RetrieverSettings
 
     index = tmp_path_factory.mktemp("index")
-    build_index(BuildOptions(corpus=DATA / "corpus.jsonl", out=index,
-                             embeddings=DATA / "corpus_emb_all-MiniLM-L6-v2_fp16.npy"))
+    build_index(
+        BuildOptions(corpus=DATA / "corpus.jsonl", out=index, embeddings=DATA / "corpus_emb_all-MiniLM-L6-v2_fp16.npy")
+    )
     app = build_app(RetrieverSettings.load(index_dir=str(index), mode="sparse", cpu_threads=1))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
@@ -47,8 +48,24 @@ def test_make_sft_uses_retrieved_documents_and_masks_them(tmp_path, retriever_ur
 
     model = build_tiny_model(tmp_path / "model", read_texts([str(DATA / "corpus.jsonl")], limit=300))
     out = tmp_path / "sft.jsonl"
-    assert main(["make-sft", "--model", str(model), "--retriever-url", retriever_url, "--qa",
-                 str(DATA / "qa_supported.jsonl"), "--out", str(out), "--limit", "40"]) == 0
+    assert (
+        main(
+            [
+                "make-sft",
+                "--model",
+                str(model),
+                "--retriever-url",
+                retriever_url,
+                "--qa",
+                str(DATA / "qa_supported.jsonl"),
+                "--out",
+                str(out),
+                "--limit",
+                "40",
+            ]
+        )
+        == 0
+    )
     assert "demonstrations" in capsys.readouterr().out
     demos = [json.loads(line) for line in out.read_text().splitlines()]
     assert 0 < len(demos) <= 40
@@ -69,8 +86,26 @@ def test_make_sft_uses_retrieved_documents_and_masks_them(tmp_path, retriever_ur
             assert snippet in untrained and snippet not in trained
     # The CoDA layout: executor rows carry the documents (masked), planner rows only the helper's result.
     coda = tmp_path / "sft-coda.jsonl"
-    assert main(["make-sft", "--model", str(model), "--retriever-url", retriever_url, "--qa",
-                 str(DATA / "qa_supported.jsonl"), "--out", str(coda), "--limit", "10", "--format", "coda"]) == 0
+    assert (
+        main(
+            [
+                "make-sft",
+                "--model",
+                str(model),
+                "--retriever-url",
+                retriever_url,
+                "--qa",
+                str(DATA / "qa_supported.jsonl"),
+                "--out",
+                str(coda),
+                "--limit",
+                "10",
+                "--format",
+                "coda",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in coda.read_text().splitlines()]
     assert rows and {r["role"] for r in rows} == {"executor", "planner"}
     for r in rows:

@@ -32,9 +32,27 @@ def own_redis(tmp_path):
 
 
 def _args(tmp, model, url: str, *extra: str) -> list[str]:
-    return ["--model", str(model), "--redis-url", url, "--checkpoint-dir", str(tmp / "ckpt"),
-            "--weights-dir", str(tmp / "w"), "--log-dir", str(tmp / "logs"), "--port", "0",
-            "--micro-batch-tokens", "48", "--read-block-ms", "100", "--max-staleness", "1000", *extra]
+    return [
+        "--model",
+        str(model),
+        "--redis-url",
+        url,
+        "--checkpoint-dir",
+        str(tmp / "ckpt"),
+        "--weights-dir",
+        str(tmp / "w"),
+        "--log-dir",
+        str(tmp / "logs"),
+        "--port",
+        "0",
+        "--micro-batch-tokens",
+        "48",
+        "--read-block-ms",
+        "100",
+        "--max-staleness",
+        "1000",
+        *extra,
+    ]
 
 
 def _publish(client, rng: random.Random, first: int, n: int) -> list[str]:
@@ -108,8 +126,12 @@ def test_inference_outage_at_publish_is_waited_out(tmp_path, redis_client, redis
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
         _publish(redis_client, rng, 0, 2)
-        proc = h.start_trainer(_args(tmp_path, model, redis_server.url, "--groups-per-step", "2", "--max-steps", "2",
-                                     "--inference-url", url), log)
+        proc = h.start_trainer(
+            _args(
+                tmp_path, model, redis_server.url, "--groups-per-step", "2", "--max-steps", "2", "--inference-url", url
+            ),
+            log,
+        )
         _wait_steps(tmp_path, 1, proc, log, timeout_s=180)
         server.kill()
         server.wait(30)

@@ -30,8 +30,14 @@ def _step(eng, settings, rng, vocab):
     for i in range(8):
         tokens = [rng.randrange(vocab) for _ in range(rng.randrange(8, 24))]
         n = len(tokens)
-        seqs.append(TrainSeq(tokens, [0] * 4 + [1] * (n - 4), {"old_logp": [-8.0] * n, "adv": [rng.uniform(-1, 1)] * n,
-                                                              "lag": [0.0] * n}, i))
+        seqs.append(
+            TrainSeq(
+                tokens,
+                [0] * 4 + [1] * (n - 4),
+                {"old_logp": [-8.0] * n, "adv": [rng.uniform(-1, 1)] * n, "lag": [0.0] * n},
+                i,
+            )
+        )
     train_step(eng, StepInput(seqs), Objective(settings), None, budget=128)
 
 
@@ -52,8 +58,7 @@ def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client, 
     from services.inference.factory import build_tiny_model, read_texts
 
     model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
-    serving = (_our_server(model, tmp_path) if server_kind == "ours"
-               else running_vllm(model, tmp_path / "vllm.log"))
+    serving = _our_server(model, tmp_path) if server_kind == "ours" else running_vllm(model, tmp_path / "vllm.log")
     rng = random.Random(0)
     with serving as url, SyncInferenceClient(url) as llm:
         llm.wait_ready(120)
@@ -61,8 +66,9 @@ def test_publish_full_and_lora_reach_the_server_exactly(tmp_path, redis_client, 
         for kind, start in (("lora", 0), ("full", 10)):
             settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
             eng = build_engine(settings, init_distributed())
-            pub = Publisher(eng.engine, str(tmp_path / f"w-{kind}"), kind, llm, redis_client, "weights",
-                            "policy:version", keep=2)
+            pub = Publisher(
+                eng.engine, str(tmp_path / f"w-{kind}"), kind, llm, redis_client, "weights", "policy:version", keep=2
+            )
             previous: tuple[list[int], list[float]] | None = None
             for version in range(start, start + 3):
                 if version > start:
@@ -101,8 +107,9 @@ def test_a_restarted_server_gets_the_published_weights_again(tmp_path, redis_cli
             llm.wait_ready(120)
             settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
             eng = build_engine(settings, init_distributed())
-            pub = Publisher(eng.engine, str(tmp_path / "w"), kind, llm, redis_client, "weights", "policy:version",
-                            keep=2)
+            pub = Publisher(
+                eng.engine, str(tmp_path / "w"), kind, llm, redis_client, "weights", "policy:version", keep=2
+            )
             _step(eng, settings, random.Random(0), eng.lm.config.vocab_size)
             event = pub.publish(3, step=1)
             assert not pub.resend_if_lost(llm)  # the server serves it: nothing to do

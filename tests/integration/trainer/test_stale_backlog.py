@@ -29,10 +29,32 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     for g in stale + fresh:
         queue.publish(g)
         redis_client.incr("rollout:published")
-    args = ["--model", str(model), "--redis-url", redis_server.url, "--groups-per-step", str(PER_STEP),
-            "--max-steps", "1", "--checkpoint-dir", str(tmp_path / "ckpt"), "--weights-dir", str(tmp_path / "w"),
-            "--log-dir", str(tmp_path / "logs"), "--port", "0", "--micro-batch-tokens", "48",
-            "--read-block-ms", "100", "--max-staleness", "1", "--stale-policy", "drop"]
+    args = [
+        "--model",
+        str(model),
+        "--redis-url",
+        redis_server.url,
+        "--groups-per-step",
+        str(PER_STEP),
+        "--max-steps",
+        "1",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--weights-dir",
+        str(tmp_path / "w"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--port",
+        "0",
+        "--micro-batch-tokens",
+        "48",
+        "--read-block-ms",
+        "100",
+        "--max-staleness",
+        "1",
+        "--stale-policy",
+        "drop",
+    ]
     log = tmp_path / "trainer.log"
     assert h.start_trainer(args, log).wait(180) == 0, log.read_text()[-3000:]
 
@@ -67,10 +89,28 @@ def test_the_start_up_mark_leaves_out_the_backlog_a_restart_retrains(tmp_path, r
     for i in range(2 * PER_STEP):
         queue.publish(h.random_group(rng, i))
         redis_client.incr("rollout:published")
-    args = ["--model", str(model), "--redis-url", redis_server.url, "--groups-per-step", str(PER_STEP),
-            "--checkpoint-dir", str(tmp_path / "ckpt"), "--weights-dir", str(tmp_path / "w"),
-            "--log-dir", str(tmp_path / "logs"), "--port", "0", "--micro-batch-tokens", "48",
-            "--read-block-ms", "100", "--max-steps", "2"]
+    args = [
+        "--model",
+        str(model),
+        "--redis-url",
+        redis_server.url,
+        "--groups-per-step",
+        str(PER_STEP),
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--weights-dir",
+        str(tmp_path / "w"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--port",
+        "0",
+        "--micro-batch-tokens",
+        "48",
+        "--read-block-ms",
+        "100",
+        "--max-steps",
+        "2",
+    ]
     log = tmp_path / "trainer.log"
     # Killed in its first step: one step's groups delivered, nothing checkpointed.
     assert h.start_trainer(args, log, CODA_TRAINER_FAULT="mid_step:1").wait(180) == -9

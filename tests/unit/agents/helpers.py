@@ -30,8 +30,15 @@ class FakeRetriever:
 
     async def retrieve(self, queries, topk=None):
         self.queries += list(queries)
-        return [[RetrievedDocument(id=str(i), contents=f'"Title {q.strip()} {i}"\nText about {q.strip()}.',
-                                   score=1.0 / (i + 1)) for i in range(topk or 3)] for q in queries]
+        return [
+            [
+                RetrievedDocument(
+                    id=str(i), contents=f'"Title {q.strip()} {i}"\nText about {q.strip()}.', score=1.0 / (i + 1)
+                )
+                for i in range(topk or 3)
+            ]
+            for q in queries
+        ]
 
 
 def make_ctx(script, *, version: int = 3, budgets: dict | None = None, frozen_script=None):
@@ -41,10 +48,17 @@ def make_ctx(script, *, version: int = 3, budgets: dict | None = None, frozen_sc
     frozen = None
     if frozen_script is not None:
         frozen = InProcessGenerator(FakeLLM(tok, frozen_script), state, frozen_model="frozen")
-    ctx = AgentContext(tok=tok, policy=InProcessGenerator(fake, state), retriever=FakeRetriever(), frozen=frozen,
-                       budgets=budgets or {r: Budget(max_turns=3, max_tokens=400, max_obs_tokens=300,
-                                                     max_context_tokens=20000)
-                                           for r in ("policy", "planner", "executor", "thinker", "worker")})
+    ctx = AgentContext(
+        tok=tok,
+        policy=InProcessGenerator(fake, state),
+        retriever=FakeRetriever(),
+        frozen=frozen,
+        budgets=budgets
+        or {
+            r: Budget(max_turns=3, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000)
+            for r in ("policy", "planner", "executor", "thinker", "worker")
+        },
+    )
     return ctx, fake
 
 

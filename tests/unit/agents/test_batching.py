@@ -24,8 +24,9 @@ class Counting(FakeRetriever):
 async def test_concurrent_queries_share_one_request():
     inner = Counting()
     batcher = BatchingRetriever(inner, window_s=0.01)
-    results = await asyncio.gather(*(batcher.retrieve([f"q{i}"], topk=2) for i in range(5)),
-                                   batcher.retrieve(["a", "b"], topk=2))
+    results = await asyncio.gather(
+        *(batcher.retrieve([f"q{i}"], topk=2) for i in range(5)), batcher.retrieve(["a", "b"], topk=2)
+    )
     assert inner.calls == [["q0", "q1", "q2", "q3", "q4", "a", "b"]]
     assert [r[0][0].contents for r in results[:5]] == [f'"Title q{i} 0"\nText about q{i}.' for i in range(5)]
     assert [docs[0].contents.split()[1] for docs in results[5]] == ["a", "b"] and len(results[5][0]) == 2

@@ -35,19 +35,26 @@ def assert_token_accounting(episode: Episode, fake, version: int) -> None:
         for end in range(sample.prompt_len, len(sample.token_ids) + 1):
             call = calls.get(tuple(sample.token_ids[:end]))
             if call is not None:
-                assert sample.token_ids[end:end + len(call.token_ids)] == call.token_ids  # token-in/token-out
+                assert sample.token_ids[end : end + len(call.token_ids)] == call.token_ids  # token-in/token-out
                 expected.update(range(end, end + len(call.token_ids)))
                 for k, pos in enumerate(range(end, end + len(call.token_ids))):
                     assert sample.logprobs[pos] == pytest.approx(fake_logprob(k))
                     assert sample.versions[pos] == version
         assert set(trained) == expected, "mask must be 1 exactly on the sampled tokens"
-        assert all(sample.versions[i] == -1 and sample.logprobs[i] == 0.0
-                   for i in range(len(sample.token_ids)) if not sample.loss_mask[i])
+        assert all(
+            sample.versions[i] == -1 and sample.logprobs[i] == 0.0
+            for i in range(len(sample.token_ids))
+            if not sample.loss_mask[i]
+        )
 
 
 async def test_search_r1_search_then_answer():
-    ctx, fake = make_ctx(scripted("<think>need it</think><search> hamlet author </search> ignored tail",
-                                  "<think>found</think><answer> Shakespeare </answer>"))
+    ctx, fake = make_ctx(
+        scripted(
+            "<think>need it</think><search> hamlet author </search> ignored tail",
+            "<think>found</think><answer> Shakespeare </answer>",
+        )
+    )
     episode = await run_episode("search-r1", ctx, RECORD)
     assert episode.answer == "Shakespeare"
     first, second = fake.calls
@@ -55,10 +62,10 @@ async def test_search_r1_search_then_answer():
     assert first.text.endswith("</search>") and "ignored" not in first.text
     assert ctx.retriever.queries == ["hamlet author"]
     # the second prompt is exactly the first prompt + its generated ids + the observation ids
-    obs_ids = second.prompt_ids[len(first.prompt_ids) + len(first.token_ids):]
-    assert second.prompt_ids[:len(first.prompt_ids)] == first.prompt_ids
+    obs_ids = second.prompt_ids[len(first.prompt_ids) + len(first.token_ids) :]
+    assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
     obs_text = ctx.tok.decode(obs_ids)
-    assert obs_text.startswith("\n\n<information>Doc 1(Title: \"Title hamlet author 0\") Text about hamlet author.")
+    assert obs_text.startswith('\n\n<information>Doc 1(Title: "Title hamlet author 0") Text about hamlet author.')
     assert obs_text.endswith("</information>\n\n")
     assert first.prompt_ids == ctx.tok.render(search_agent_messages("Who wrote Hamlet"))
     assert_token_accounting(episode, fake, version=3)
@@ -85,8 +92,9 @@ async def test_invalid_action_message_then_recovery():
 
 async def test_turn_budget_then_forced_final_turn():
     budget = Budget(max_turns=2, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000)
-    ctx, fake = make_ctx(scripted("<search> a </search>", "<search> b </search>", "<search> c </search>"),
-                         budgets={"policy": budget})
+    ctx, fake = make_ctx(
+        scripted("<search> a </search>", "<search> b </search>", "<search> c </search>"), budgets={"policy": budget}
+    )
     episode = await run_episode("search-r1", ctx, RECORD)
     assert len(fake.calls) == 3 and ctx.retriever.queries == ["a", "b"]  # the forced turn executes nothing
     final = fake.calls[-1]
@@ -99,7 +107,7 @@ async def test_observation_truncated_inside_intact_tags():
     ctx, fake = make_ctx(scripted("<search> q </search>", "<answer> x </answer>"), budgets={"policy": budget})
     await run_episode("search-r1", ctx, RECORD)
     first, second = fake.calls
-    obs = ctx.tok.decode(second.prompt_ids[len(first.prompt_ids) + len(first.token_ids):])
+    obs = ctx.tok.decode(second.prompt_ids[len(first.prompt_ids) + len(first.token_ids) :])
     assert obs == "\n\n<information>" + "Doc 1(Title:" + "</information>\n\n"
 
 
@@ -134,8 +142,9 @@ async def test_coda_delegation_isolation_and_result_insertion():
     planner, (executor,) = episode.main, episode.children
     assert executor.role == "executor" and executor.parent_id == planner.sample_id
     # executor isolation: its first prompt is its own instructions + the task, nothing of the planner
-    exec_first = next(c for c in fake.calls if "Who wrote Hamlet?" in c.prompt_text and PLANNER_SYSTEM[:40]
-                      not in c.prompt_text)
+    exec_first = next(
+        c for c in fake.calls if "Who wrote Hamlet?" in c.prompt_text and PLANNER_SYSTEM[:40] not in c.prompt_text
+    )
     assert exec_first.prompt_ids == ctx.tok.render(executor_messages("Who wrote Hamlet?"))
     assert "split it" not in exec_first.prompt_text
     # only the executor's answer text returns, inside <result>; no documents or refine leak to the planner
@@ -148,8 +157,10 @@ async def test_coda_delegation_isolation_and_result_insertion():
 
 
 async def test_coda_executor_out_of_budget_returns_empty_result():
-    budgets = {"planner": Budget(max_turns=2, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000),
-               "executor": Budget(max_turns=1, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000)}
+    budgets = {
+        "planner": Budget(max_turns=2, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000),
+        "executor": Budget(max_turns=1, max_tokens=400, max_obs_tokens=300, max_context_tokens=20000),
+    }
 
     def script(prompt: str, model: str) -> str:
         if PLANNER_SYSTEM[:40] in prompt:
@@ -193,7 +204,7 @@ async def test_recursive_reasoner_planner_trained_worker_frozen():
     plan = '{"should_decompose": true, "subproblems": ["3 boxes of 4", "add 1"], "plan": "multiply then add"}'
 
     def worker(prompt: str, model: str) -> str:
-        return ('{"final_answer": 13}' if "Put these partial results" in prompt else '{"result": 12}')
+        return '{"final_answer": 13}' if "Put these partial results" in prompt else '{"result": 12}'
 
     ctx, fake = make_ctx(scripted(plan), frozen_script=worker)
     record = PromptRecord(prompt_id="m1", question="3 boxes of 4 apples and 1 more?", golden_answers=["13"])
@@ -207,8 +218,12 @@ async def test_recursive_reasoner_planner_trained_worker_frozen():
 
 
 async def test_tool_agent_call_then_reply():
-    ctx, fake = make_ctx(scripted('<think>look</think><tool_call>{"name": "search", "arguments": '
-                                  '{"query": "hamlet"}}</tool_call>', "<think>ok</think> Shakespeare"))
+    ctx, fake = make_ctx(
+        scripted(
+            '<think>look</think><tool_call>{"name": "search", "arguments": {"query": "hamlet"}}</tool_call>',
+            "<think>ok</think> Shakespeare",
+        )
+    )
     episode = await run_episode("tool-agent", ctx, RECORD)
     assert ctx.retriever.queries == ["hamlet"] and episode.answer == "Shakespeare"
     assert "<tool_response>" in fake.calls[1].prompt_text and episode.search.retrieved_ids == (("0", "1", "2"),)
@@ -252,13 +267,16 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
         async def generate(self, prompt_ids, *, stop, max_tokens):
             prompt = tok.decode(prompt_ids)
             if PLANNER_SYSTEM[:40] in prompt:
-                text = ("<answer> both </answer>" if "<result>" in episode_part(prompt)
-                        else "<task> first? </task><task> second? </task>")
+                text = (
+                    "<answer> both </answer>"
+                    if "<result>" in episode_part(prompt)
+                    else "<task> first? </task><task> second? </task>"
+                )
             else:
                 await asyncio.wait_for(barrier.wait(), 2)  # deadlocks (times out) if executors run one by one
                 text = f"<answer> {episode_part(prompt).strip() or prompt.split('Question: ')[-1][:7]} </answer>"
             ids = tok.encode(text)
-            return Generation(ids, [-0.5] * len(ids), text, "stop", text[text.rindex("</"):], 3)
+            return Generation(ids, [-0.5] * len(ids), text, "stop", text[text.rindex("</") :], 3)
 
     ctx, _ = make_ctx(scripted())
     ctx.policy = TwoTasks()

@@ -18,8 +18,10 @@ from recipes.prompts import PLANNER_SYSTEM
 from tests.unit.agents.helpers import make_ctx
 
 EOS = "<|eos|>"
-CORPUS = ["<think>x</think><task>Who wrote Hamlet?</task>. Then <search>hamlet</search>, "
-          "<answer>Shakespeare</answer>. Done, <refine>r</refine>."] * 50
+CORPUS = [
+    "<think>x</think><task>Who wrote Hamlet?</task>. Then <search>hamlet</search>, "
+    "<answer>Shakespeare</answer>. Done, <refine>r</refine>."
+] * 50
 
 
 class BPETokenizer:
@@ -31,9 +33,15 @@ class BPETokenizer:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-            vocab_size=400, special_tokens=[EOS], show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok.train_from_iterator(
+            CORPUS,
+            trainers.BpeTrainer(
+                vocab_size=400,
+                special_tokens=[EOS],
+                show_progress=False,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            ),
+        )
         self.tok, self.eos_token_id = tok, tok.token_to_id(EOS)
 
     def encode(self, text: str) -> list[int]:
@@ -66,7 +74,7 @@ class VLLMLikeGenerator:
             hits = [(text.find(s), s) for s in stop if s in text]
             if hits:
                 index, string = min(hits)
-                return self._done(ids, text[:index + len(string)], "stop", string)
+                return self._done(ids, text[: index + len(string)], "stop", string)
         if len(ids) == max_tokens:
             return self._done(ids, self.tok.decode(ids), "length", None)
         return self._done([*ids, self.tok.eos_token_id], self.tok.decode(ids), "stop", None)
@@ -107,7 +115,7 @@ async def test_token_that_runs_past_the_stop_string_is_kept_in_text_and_ids():
     assert [ids[-1] in merged for ids in llm.calls] == [True] * 4
     assert sorted(map(tok.decode, llm.calls)) == sorted(planner.turns + executor.turns)
     for traj in episode.trajectories:  # the whole trajectory: text and ids say the same thing
-        assert tok.decode(traj.ids[traj.prompt_len:]) == traj.response_text
+        assert tok.decode(traj.ids[traj.prompt_len :]) == traj.response_text
     # the ids fed to the next turn are the ones trained on (token-in/token-out held on every call)
     assert sum(planner.mask) == len(llm.calls[0]) + len(llm.calls[3])
 

@@ -55,8 +55,10 @@ def test_seeded_rows_do_not_depend_on_the_rest_of_the_batch():
     p = SamplingParams(max_tokens=1)
     alone = [sample(logits, [p], [torch.Generator().manual_seed(s)], [[]]).tokens[0] for s in range(20)]
     batch = torch.cat([torch.randn(3, 50), logits])
-    mixed = [sample(batch, [p] * 4, [None, None, None, torch.Generator().manual_seed(s)], [[]] * 4).tokens[3]
-             for s in range(20)]
+    mixed = [
+        sample(batch, [p] * 4, [None, None, None, torch.Generator().manual_seed(s)], [[]] * 4).tokens[3]
+        for s in range(20)
+    ]
     assert alone == mixed and len(set(alone)) > 1
 
 

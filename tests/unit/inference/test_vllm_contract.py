@@ -67,8 +67,11 @@ def test_legacy_server_ids_come_from_token_id_strings():
 
 
 def test_request_fixtures_validate_against_our_request_model():
-    for name in ("completion_stop_and_length.json", "completion_eos_and_stop_token.json",
-                 "completion_legacy_no_token_ids.json"):
+    for name in (
+        "completion_stop_and_length.json",
+        "completion_eos_and_stop_token.json",
+        "completion_legacy_no_token_ids.json",
+    ):
         CompletionRequest.model_validate(fixture(name)["request"])
 
 
@@ -101,6 +104,7 @@ def _replay(calls: list[httpx.Request], routes: dict[str, httpx.Response]) -> ht
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         return routes.get(request.url.path, httpx.Response(404, json={"detail": "Not Found"}))
+
     return httpx.MockTransport(handler)
 
 
@@ -134,8 +138,12 @@ def test_sync_client_against_replayed_vllm():
     assert results[0]["weight_version"] == rpc["kwargs"]["version"]  # strings only through collective_rpc
     assert [c.id for c in client.models()] == ["policy", "policy-v3"]
     paths = [(r.method, r.url.path) for r in calls]
-    assert paths[3:7] == [("POST", "/pause"), ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"),
-                          ("POST", "/resume")]
+    assert paths[3:7] == [
+        ("POST", "/pause"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/resume"),
+    ]
     assert calls[3].url.params["mode"] == "wait"
     assert json.loads(calls[4].content) == admin["collective_rpc"]["request"]
     assert json.loads(calls[1].content) == admin["load_lora_adapter"]["request"]
@@ -144,8 +152,10 @@ def test_sync_client_against_replayed_vllm():
 def test_reload_without_pause_route_still_reloads_and_4xx_is_not_retried():
     admin = fixture("admin.json")
     calls: list[httpx.Request] = []
-    routes = {"/collective_rpc": httpx.Response(200, json=admin["collective_rpc"]["response"]),
-              "/v1/completions": httpx.Response(404, json=fixture("errors.json")["cases"][0]["body"])}
+    routes = {
+        "/collective_rpc": httpx.Response(200, json=admin["collective_rpc"]["response"]),
+        "/v1/completions": httpx.Response(404, json=fixture("errors.json")["cases"][0]["body"]),
+    }
     client = _client(_replay(calls, routes))
     results = client.reload_weights("/weights/full/v7")
     assert results == admin["collective_rpc"]["response"]["results"]
@@ -158,8 +168,12 @@ def test_reload_without_pause_route_still_reloads_and_4xx_is_not_retried():
 
 async def test_async_client_retries_5xx_then_succeeds():
     body = fixture("completion_eos_and_stop_token.json")["response"]
-    replies = iter([httpx.Response(503, json={"error": {"message": "busy", "type": "x", "code": 503}}),
-                    httpx.Response(200, json=body)])
+    replies = iter(
+        [
+            httpx.Response(503, json={"error": {"message": "busy", "type": "x", "code": 503}}),
+            httpx.Response(200, json=body),
+        ]
+    )
     client = InferenceClient("http://vllm", retry=NO_WAIT)
     client._http = httpx.AsyncClient(base_url="http://vllm", transport=httpx.MockTransport(lambda r: next(replies)))
     async with client:

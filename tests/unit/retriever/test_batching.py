@@ -19,6 +19,7 @@ def echo_run(calls: list, threads: set):
         threads.add(threading.get_ident())
         # each result encodes its request: ids = the query strings' lengths
         return [(np.array([[len(q)] for q in s.queries]), np.zeros((len(s.queries), 1))) for s in specs]
+
     return run
 
 
@@ -97,11 +98,13 @@ async def test_stop_fails_queued_and_running_requests_instead_of_hanging():
 
 def recording_run(log: list, delay: float = 0.0):
     """Each query's result is its own text's number ("q17" → 17); ``log`` gets each chunk's specs' queries."""
+
     def run(specs):
         log.append([list(s.queries) for s in specs])
         if delay:
             threading.Event().wait(delay)
         return [(np.array([[int(q[1:])] for q in s.queries]), np.zeros((len(s.queries), 1))) for s in specs]
+
     return run
 
 
@@ -155,8 +158,7 @@ async def test_many_requests_share_chunks_round_robin():
 
 async def test_a_cancelled_request_is_dropped_before_its_remaining_chunks_run():
     log, dropped = [], []
-    batcher = MicroBatcher(recording_run(log, delay=0.02), workers=1, chunk_queries=10,
-                           on_drop=dropped.append)
+    batcher = MicroBatcher(recording_run(log, delay=0.02), workers=1, chunk_queries=10, on_drop=dropped.append)
     await batcher.start()
     try:
         big = asyncio.create_task(batcher.submit(SearchSpec([f"q{i}" for i in range(1000)], k=1)))

@@ -15,8 +15,7 @@ from shared.protocol.retrieval import RetrieveRequest, RetrieveResponse, split_c
 
 
 def test_normalize_row_keeps_extras_and_fills_id_and_contents():
-    assert normalize_row({"contents": '"T"\nbody', "src": "x"}, 7) == {"id": "7", "contents": '"T"\nbody',
-                                                                      "src": "x"}
+    assert normalize_row({"contents": '"T"\nbody', "src": "x"}, 7) == {"id": "7", "contents": '"T"\nbody', "src": "x"}
     assert normalize_row({"id": 12, "title": "T", "text": "body"}, 0)["contents"] == '"T"\nbody'
     assert normalize_row({"id": "a", "text": "only text"}, 0)["contents"] == "only text"
     with pytest.raises(ValueError, match="row 3"):
@@ -43,8 +42,9 @@ def test_corpus_store_reads_rows_by_position(store):
 def test_render_splices_rows_and_drops_empty_slots(store):
     ids, scores = np.array([[1, 0, -1], [-1, -1, -1]]), np.array([[0.5, 0.25, -np.inf], [-np.inf] * 3])
     body = json.loads(render(store, ids, scores, return_scores=True))
-    assert body == {"result": [[{"document": store.row(1), "score": 0.5},
-                                {"document": store.row(0), "score": 0.25}], []]}
+    assert body == {
+        "result": [[{"document": store.row(1), "score": 0.5}, {"document": store.row(0), "score": 0.25}], []]
+    }
     RetrieveResponse.model_validate(body)
     plain = json.loads(render(store, ids, scores, return_scores=False))
     assert plain == {"result": [[store.row(1), store.row(0)], []]}

@@ -77,8 +77,14 @@ def test_rows_are_independent_and_an_empty_side_is_harmless():
 
 
 def test_merge_sums_shared_ids_once():
-    ids, fused = merge_by_id(np.array([[4, 2]]), np.array([[1.0, 2.0]]), np.zeros((1, 1)),
-                             np.array([[2, 9]]), np.array([[10.0, 20.0]]), np.zeros((1, 1)))
+    ids, fused = merge_by_id(
+        np.array([[4, 2]]),
+        np.array([[1.0, 2.0]]),
+        np.zeros((1, 1)),
+        np.array([[2, 9]]),
+        np.array([[10.0, 20.0]]),
+        np.zeros((1, 1)),
+    )
     got = {i: f for i, f in zip(ids[0].tolist(), fused[0].tolist(), strict=True) if i >= 0}
     assert got == {2: 12.0, 4: 1.0, 9: 20.0}
 

@@ -12,15 +12,15 @@ from tests.factories import make_group
 def test_grpo_unbiased_hand_computed():
     # rewards 1, 0: mean 0.5, unbiased std = sqrt(0.5) = 0.7071 -> ±0.7071 (CoDA's "±0.707 with n_agent 2")
     a = normalise_group(np.array([1.0, 0.0]), eps=0.0)
-    assert a == pytest.approx([2 ** -0.5, -(2 ** -0.5)])
+    assert a == pytest.approx([2**-0.5, -(2**-0.5)])
 
 
 def test_grpo_population_and_eps():
     # rewards 0, 0, 3: mean 1, population std sqrt(2) -> (-1, -1, 2)/sqrt(2)
     a = normalise_group(np.array([0.0, 0.0, 3.0]), std="population", eps=0.0)
-    assert a == pytest.approx(np.array([-1, -1, 2]) / 2 ** 0.5)
+    assert a == pytest.approx(np.array([-1, -1, 2]) / 2**0.5)
     b = normalise_group(np.array([0.0, 0.0, 3.0]), std="population", eps=1.0)
-    assert b == pytest.approx(np.array([-1, -1, 2]) / (2 ** 0.5 + 1))
+    assert b == pytest.approx(np.array([-1, -1, 2]) / (2**0.5 + 1))
 
 
 def test_dr_grpo_and_rloo_hand_computed():
@@ -32,7 +32,7 @@ def test_dr_grpo_and_rloo_hand_computed():
 
 def test_groups_keyed_by_id_not_position():
     res = group_advantages([1, 5, 0, 5], ["g1", "g2", "g1", "g2"], eps=0.0)
-    assert res.advantages[[0, 2]] == pytest.approx([2 ** -0.5, -(2 ** -0.5)])
+    assert res.advantages[[0, 2]] == pytest.approx([2**-0.5, -(2**-0.5)])
     assert res.advantages[[1, 3]] == pytest.approx([0, 0])
     assert res.zero_variance == ["g2"]
 
@@ -57,15 +57,17 @@ def test_unknown_estimator_and_length_mismatch():
 
 
 ROWS = dict(  # two planners (p1 R=1, p2 R=0), p1 has executors e1 e2, p2 has e3
-    rewards=[1.0, 0.0, 1.0, 1.0, 0.0], group_ids=["g"] * 5,
+    rewards=[1.0, 0.0, 1.0, 1.0, 0.0],
+    group_ids=["g"] * 5,
     roles=["planner", "planner", "executor", "executor", "executor"],
-    sample_ids=["p1", "p2", "e1", "e2", "e3"], parent_ids=[None, None, "p1", "p1", "p2"],
+    sample_ids=["p1", "p2", "e1", "e2", "e3"],
+    parent_ids=[None, None, "p1", "p1", "p2"],
 )
 
 
 def test_executors_inherit_planner_advantage():
     a = role_advantages(**ROWS, mode="inherit", eps=0.0).advantages
-    s = 2 ** -0.5
+    s = 2**-0.5
     assert a == pytest.approx([s, -s, s, s, -s])
 
 
@@ -97,8 +99,11 @@ def test_trajectory_advantages_over_protocol_groups():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 4), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=24),
-       st.sampled_from(["grpo", "dr_grpo", "rloo"]), st.sampled_from(["unbiased", "population"]))
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=24),
+    st.sampled_from(["grpo", "dr_grpo", "rloo"]),
+    st.sampled_from(["unbiased", "population"]),
+)
 def test_advantages_sum_to_zero_per_group(rows, estimator, std):
     keys = [f"g{k}" for k, _ in rows]
     res = group_advantages([r for _, r in rows], keys, estimator, std)
@@ -108,9 +113,10 @@ def test_advantages_sum_to_zero_per_group(rows, estimator, std):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.floats(-5, 5, allow_nan=False)), min_size=1,
-                max_size=16),
-       st.sampled_from(["grpo", "dr_grpo", "rloo"]))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.floats(-5, 5, allow_nan=False)), min_size=1, max_size=16),
+    st.sampled_from(["grpo", "dr_grpo", "rloo"]),
+)
 def test_role_advantages_sum_to_zero_per_group_and_role(rows, estimator):
     # Every group gets one planner first so that executors always have a parent.
     rows = [(g, False, 1.0) for g in sorted({g for g, _, _ in rows})] + rows

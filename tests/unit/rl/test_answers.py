@@ -18,13 +18,16 @@ from recipes.answers import (
 )
 
 
-@pytest.mark.parametrize(("raw", "norm"), [
-    ("The  Eiffel Tower!", "eiffel tower"),
-    ("An apple, a day", "apple day"),
-    ("  U.S.A. ", "usa"),
-    ("theatre", "theatre"),  # "the" only as a whole word
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("The  Eiffel Tower!", "eiffel tower"),
+        ("An apple, a day", "apple day"),
+        ("  U.S.A. ", "usa"),
+        ("theatre", "theatre"),  # "the" only as a whole word
+        ("", ""),
+    ],
+)
 def test_normalize_answer(raw, norm):
     assert normalize_answer(raw) == norm
 

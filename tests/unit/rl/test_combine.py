@@ -44,7 +44,7 @@ def test_pca_hand_computed_two_perfectly_correlated_components():
     # a and b both z-score to (−1, 1): PC1 = (1, 1)/√2, projection = ±√2, sign: follows a + b
     r = combine_rewards({"a": [0.0, 1.0], "b": [0.0, 2.0]}, "pca")
     assert r.rewards.tolist() == pytest.approx([-np.sqrt(2), np.sqrt(2)], rel=1e-6)
-    assert r.weights["a"] == pytest.approx(2 ** -0.5, rel=1e-6)
+    assert r.weights["a"] == pytest.approx(2**-0.5, rel=1e-6)
 
 
 def test_pca_degenerate_group():
@@ -70,8 +70,13 @@ def test_consistency_mask():
 
 
 @settings(max_examples=60, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(2, 8), st.integers(1, 4)),
-              elements=st.floats(-5, 5, allow_nan=False, allow_infinity=False)))
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(2, 8), st.integers(1, 4)),
+        elements=st.floats(-5, 5, allow_nan=False, allow_infinity=False),
+    )
+)
 def test_pca_sign_anchored(matrix):
     components = {f"c{k}": matrix[:, k] for k in range(matrix.shape[1])}
     r = combine_rewards(components, "pca")

@@ -56,8 +56,9 @@ def test_sequence_mask_outside_bounds():
     w, m = importance_weights(logp, torch.zeros_like(logp), t([1, 1], [1, 0]), mode="sequence")
     close(w, [[3.0, 1.0], [0.0, 0.0]])
     assert m["is_seq_masked_fraction"] == 0.5
-    prod, _ = importance_weights(logp, torch.zeros_like(logp), t([1, 1], [1, 0]), mode="sequence",
-                                 seq_agg="product", seq_max=5.0)
+    prod, _ = importance_weights(
+        logp, torch.zeros_like(logp), t([1, 1], [1, 0]), mode="sequence", seq_agg="product", seq_max=5.0
+    )
     close(prod, [[3.0, 1.0], [0.0, 0.0]])  # product 3 inside, 9 outside
 
 

@@ -15,8 +15,14 @@ def t(*rows):
 
 def test_objective_terms_hand_computed():
     logp = t([math.log(0.5), math.log(0.5)])
-    batch = LossInputs(logp=logp, old_logp=logp.clone(), advantages=t(1.0), mask=t([1, 1]),
-                       ref_logp=t([math.log(0.25), math.log(0.5)]), entropy=t([1.0, 3.0]))
+    batch = LossInputs(
+        logp=logp,
+        old_logp=logp.clone(),
+        advantages=t(1.0),
+        mask=t([1, 1]),
+        ref_logp=t([math.log(0.25), math.log(0.5)]),
+        entropy=t([1.0, 3.0]),
+    )
     cfg = LossConfig(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01)
     loss, m = rl_loss(batch, cfg, normaliser=2.0)
     # pg: ratio 1 → −A = −1 per token → −1; k1: (ln .5 − ln .25 + 0)/2 = ln2/2; entropy mean 2
@@ -36,8 +42,9 @@ def test_kl_off_by_default_needs_no_reference():
 
 def test_importance_weights_enter_the_loss():
     logp = t([0.0, 0.0])
-    batch = LossInputs(logp=logp, old_logp=logp.clone(), advantages=t(1.0), mask=t([1, 1]),
-                       sampler_logp=t([math.log(0.25), 0.0]))  # w = (4 → capped 2, 1)
+    batch = LossInputs(
+        logp=logp, old_logp=logp.clone(), advantages=t(1.0), mask=t([1, 1]), sampler_logp=t([math.log(0.25), 0.0])
+    )  # w = (4 → capped 2, 1)
     loss, m = rl_loss(batch, LossConfig(is_mode="token", is_cap=2.0), normaliser=2.0)
     assert loss.item() == pytest.approx(-(2.0 + 1.0) / 2)
     assert m["is_token_truncated_fraction"] == 0.5
@@ -50,7 +57,9 @@ def _packed(seed):
     cut = torch.randint(1, width - 1, (rows,), generator=g)
     end = torch.randint(0, 2, (rows,), generator=g)  # 0 or 1 padding tokens at the end
     pos = torch.arange(width).unsqueeze(0)
-    seg = torch.where(pos < cut.unsqueeze(1), 2 * torch.arange(rows).unsqueeze(1), 2 * torch.arange(rows).unsqueeze(1) + 1)
+    seg = torch.where(
+        pos < cut.unsqueeze(1), 2 * torch.arange(rows).unsqueeze(1), 2 * torch.arange(rows).unsqueeze(1) + 1
+    )
     seg = torch.where(pos >= width - end.unsqueeze(1), torch.full_like(seg, -1), seg)
     mask = (seg >= 0).double() * (torch.rand(rows, width, generator=g) > 0.2).double()
     old = -torch.rand(rows, width, generator=g, dtype=torch.float64) * 2
@@ -70,8 +79,15 @@ def test_dynamic_micro_batch_sizes_do_not_rescale_gradient(agg):
     new, old, adv, mask, seg, sampler, ref, ent = _packed(7)
     sequences = int(torch.unique(seg[(mask > 0) & (seg >= 0)]).numel())
     norm = loss_normaliser(agg, int(mask.sum()), sequences, max_len=8)
-    cfg = LossConfig(clip=ClipConfig(0.2, 0.28, 3.0), agg=agg, kl_coef=0.01, entropy_coef=0.001,
-                     is_mode="token+sequence", is_seq_min=0.8, is_seq_max=1.25)
+    cfg = LossConfig(
+        clip=ClipConfig(0.2, 0.28, 3.0),
+        agg=agg,
+        kl_coef=0.01,
+        entropy_coef=0.001,
+        is_mode="token+sequence",
+        is_seq_min=0.8,
+        is_seq_max=1.25,
+    )
     results = []
     for splits in ([6], [1, 5], [2, 1, 3], [1] * 6):
         leaf = new.clone().requires_grad_(True)
@@ -79,8 +95,16 @@ def test_dynamic_micro_batch_sizes_do_not_rescale_gradient(agg):
         for size in splits:
             idx = slice(start, start + size)
             start += size
-            batch = LossInputs(leaf[idx], old[idx], adv[idx], mask[idx], ref_logp=ref[idx],
-                               sampler_logp=sampler[idx], entropy=ent[idx], segment_ids=seg[idx])
+            batch = LossInputs(
+                leaf[idx],
+                old[idx],
+                adv[idx],
+                mask[idx],
+                ref_logp=ref[idx],
+                sampler_logp=sampler[idx],
+                entropy=ent[idx],
+                segment_ids=seg[idx],
+            )
             loss, _ = rl_loss(batch, cfg, norm)
             loss.backward()
             total += loss.item()

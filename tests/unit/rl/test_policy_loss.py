@@ -106,8 +106,7 @@ def _batch(seed, rows, width):
 
 
 @settings(max_examples=12, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["token-mean", "seq-mean", "dr-grpo"]),
-       st.sampled_from([None, 3.0]))
+@given(st.integers(0, 10_000), st.sampled_from(["token-mean", "seq-mean", "dr-grpo"]), st.sampled_from([None, 3.0]))
 def test_loss_invariant_to_micro_batch_split(seed, mode, dual):
     new, old, adv, mask = _batch(seed, rows=8, width=7)
     norm = loss_normaliser(mode, int(mask.sum()), int((mask.sum(-1) > 0).sum()), max_len=7)
@@ -127,12 +126,18 @@ def test_loss_invariant_to_micro_batch_split(seed, mode, dual):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.floats(-20, 0, allow_nan=False), min_size=1, max_size=8), st.floats(-5, 5, allow_nan=False),
-       st.floats(0.01, 0.5), st.floats(0.01, 0.5), st.sampled_from([None, 2.0, 3.0]))
+@given(
+    st.lists(st.floats(-20, 0, allow_nan=False), min_size=1, max_size=8),
+    st.floats(-5, 5, allow_nan=False),
+    st.floats(0.01, 0.5),
+    st.floats(0.01, 0.5),
+    st.sampled_from([None, 2.0, 3.0]),
+)
 def test_clip_inactive_when_ratio_is_one_property(logps, adv, low, high, dual):
     logp = torch.tensor([logps], dtype=torch.float64, requires_grad=True)
-    loss, info = ppo_token_loss(logp, logp.detach().clone(), torch.tensor([adv], dtype=torch.float64),
-                                ClipConfig(low, high, dual))
+    loss, info = ppo_token_loss(
+        logp, logp.detach().clone(), torch.tensor([adv], dtype=torch.float64), ClipConfig(low, high, dual)
+    )
     assert not info["clipped"].any()
     loss.sum().backward()
     # d/dlogp of −A·r at r = 1 is −A on every token: the unclipped policy gradient

@@ -16,8 +16,9 @@ from recipes.rewards.similarity import answer_similarity, cosine, subproblem_ind
 
 # What each role wrote itself (observations are not part of it) and what the environment gave it.
 PLANNER = "<think>p</think><task>who?</task><think>q</think><answer>Barack Obama Jr.</answer>"
-EXEC_FULL = ExecutorRun("<think>a</think><search>q</search><refine>Barack Obama won</refine><answer>x</answer>",
-                        documents=["d"])
+EXEC_FULL = ExecutorRun(
+    "<think>a</think><search>q</search><refine>Barack Obama won</refine><answer>x</answer>", documents=["d"]
+)
 EXEC_HALF = ExecutorRun("<think>a</think><answer>x</answer>")
 
 
@@ -39,8 +40,10 @@ def test_coda_reward_bounds_and_override():
 
 
 def test_coda_information_reverse_rank_reads_the_retrieved_documents():
-    found = ExecutorRun("<think>a</think><search>q</search><refine>r</refine><answer>x</answer>",
-                        documents=["nothing", "Barack Obama was born in Hawaii"])
+    found = ExecutorRun(
+        "<think>a</think><search>q</search><refine>r</refine><answer>x</answer>",
+        documents=["nothing", "Barack Obama was born in Hawaii"],
+    )
     faked = ExecutorRun("<documents>Barack Obama</documents><answer>x</answer>")  # written by the policy
     r = coda_reward("x", PLANNER, [found, faked], ["Barack Obama"])
     assert r.components["information_reverse_rank"] == pytest.approx(1 / 2)
@@ -53,18 +56,32 @@ def test_search_r1_plain_em():
     assert search_r1_reward(None, ["paris"]).reward == 0.0
 
 
-@pytest.mark.parametrize(("answer", "action_text", "information", "expected"), [
-    ("Paris", "<think>t</think><answer>Paris</answer>", [], 1.0),  # correct & valid
-    ("Paris", "<answer>Paris</answer>", [], 0.8),  # correct & invalid: 1 − 0.2
-    ("Lyon", "<think>t</think><search>q</search><information></information><think>u</think><answer>Lyon</answer>",
-     ["Paris is in France"], 0.2 + 0.05),  # wrong & valid with a retrieval hit
-    ("Lyon", "<think>t</think><answer>Lyon</answer>", [], 0.2),  # wrong & valid
-    ("Lyon", "<answer>Lyon</answer>", [], 0.1),  # wrong & invalid
-    (None, "rambling", [], 0.0),  # no answer & invalid
-])
+@pytest.mark.parametrize(
+    ("answer", "action_text", "information", "expected"),
+    [
+        ("Paris", "<think>t</think><answer>Paris</answer>", [], 1.0),  # correct & valid
+        ("Paris", "<answer>Paris</answer>", [], 0.8),  # correct & invalid: 1 − 0.2
+        (
+            "Lyon",
+            "<think>t</think><search>q</search><information></information><think>u</think><answer>Lyon</answer>",
+            ["Paris is in France"],
+            0.2 + 0.05,
+        ),  # wrong & valid with a retrieval hit
+        ("Lyon", "<think>t</think><answer>Lyon</answer>", [], 0.2),  # wrong & valid
+        ("Lyon", "<answer>Lyon</answer>", [], 0.1),  # wrong & invalid
+        (None, "rambling", [], 0.0),  # no answer & invalid
+    ],
+)
 def test_search_r1_format_shaping(answer, action_text, information, expected):
-    r = search_r1_reward(answer, ["Paris"], action_text=action_text, information=information,
-                         structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.05)
+    r = search_r1_reward(
+        answer,
+        ["Paris"],
+        action_text=action_text,
+        information=information,
+        structure_format_score=0.2,
+        final_format_score=0.1,
+        retrieval_score=0.05,
+    )
     assert r.reward == pytest.approx(expected)
 
 
@@ -73,13 +90,19 @@ def test_recursive_reasoner_reward():
     assert r.reward == pytest.approx(1.0 + 0.2 * 0.75 + 0.3 * 0.6)
     atomic = recursive_reasoner_reward(parsed=True, correct=False, tokens=5000, decomposed=False, independence=0.9)
     assert atomic.reward == pytest.approx(0.3 * 0.5)
-    assert recursive_reasoner_reward(parsed=False, correct=True, tokens=0, decomposed=True,
-                                     independence=1).reward == 0.1
+    assert (
+        recursive_reasoner_reward(parsed=False, correct=True, tokens=0, decomposed=True, independence=1).reward == 0.1
+    )
 
 
 def test_tool_agent_reward():
-    r = tool_agent_reward(retrieved_ids=[["a", "g_chunk_1"]], gold_doc_ids=["g"], similarity=0.7,
-                          think_fraction=0.5, weights={"mrr": 0.0, "answer_similarity": 1.0, "format": 1.0})
+    r = tool_agent_reward(
+        retrieved_ids=[["a", "g_chunk_1"]],
+        gold_doc_ids=["g"],
+        similarity=0.7,
+        think_fraction=0.5,
+        weights={"mrr": 0.0, "answer_similarity": 1.0, "format": 1.0},
+    )
     assert r.reward == pytest.approx(1.2)
     assert r.components["mrr"] == 0.5
     with pytest.raises(ValueError, match="unknown"):
@@ -91,8 +114,11 @@ def test_efficiency_and_length():
     assert token_efficiency(2000, 1000) == 0.0
     with pytest.raises(ValueError):
         token_efficiency(1, 0)
-    msgs = [{"role": "assistant", "content": "<think>a</think>call"}, {"role": "tool", "content": "{}"},
-            {"role": "assistant", "content": "final"}]
+    msgs = [
+        {"role": "assistant", "content": "<think>a</think>call"},
+        {"role": "tool", "content": "{}"},
+        {"role": "assistant", "content": "final"},
+    ]
     assert think_format_fraction(msgs) == 0.5
     assert think_format_fraction([m for m in msgs if m["role"] != "tool"]) == 0.0
     assert length_penalty("<think>x</think> one two three four") == pytest.approx(-4 / 20)
@@ -105,18 +131,20 @@ def _embed_table(table):
 
 def test_similarity_and_independence():
     embed = _embed_table({"a": [1, 0], "b": [1, 1], "c": [-1, 0], "d": [0, 1]})
-    assert cosine(np.array([1, 0]), np.array([1, 1])) == pytest.approx(2 ** -0.5)
-    assert answer_similarity("a", "b", embed) == pytest.approx(2 ** -0.5)
+    assert cosine(np.array([1, 0]), np.array([1, 1])) == pytest.approx(2**-0.5)
+    assert answer_similarity("a", "b", embed) == pytest.approx(2**-0.5)
     assert answer_similarity("a", "c", embed) == 0.0  # clipped at 0
     assert answer_similarity(None, "a", embed) == 0.0
     # pairs (a,b)=0.7071, (a,d)=0, (b,d)=0.7071 -> mean 0.4714 -> 1 − 0.4714
-    assert subproblem_independence(["a", "b", "d"], embed) == pytest.approx(1 - 2 * 2 ** -0.5 / 3)
+    assert subproblem_independence(["a", "b", "d"], embed) == pytest.approx(1 - 2 * 2**-0.5 / 3)
     assert subproblem_independence(["a"], embed) == 0.5
 
 
 def test_parse_planner_json():
-    text = 'Sure!\n```json\n{"plan": "x"}\n{"should_decompose": true, "subproblems": ["a {b}", "c"],\n' \
-           ' "plan": "two\nlines"}\n```'
+    text = (
+        'Sure!\n```json\n{"plan": "x"}\n{"should_decompose": true, "subproblems": ["a {b}", "c"],\n'
+        ' "plan": "two\nlines"}\n```'
+    )
     plan = parse_planner_json(text)
     assert plan["should_decompose"] is True and plan["plan"] == "two\nlines"
     assert plan_subproblems(plan) == ["a {b}", "c"]

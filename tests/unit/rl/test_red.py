@@ -65,8 +65,8 @@ def test_red_full_weight_hand_computed():
     state.observe(2.02, 1.03, cfg.ema_decay)  # relative deltas: rl 0.01, sft 0.03 → w_ent 3
     w = red_weights(state, cfg, accuracy=0.25)  # a = 5^(0.5) = 2.236 → 6.708
     assert w["red/entropy_weight"] == pytest.approx(3.0)
-    assert w["red/final_weight"] == pytest.approx(3.0 * 5 ** 0.5)
-    assert w["red/sft_loss_weight"] == pytest.approx(0.1 * 3.0 * 5 ** 0.5)
+    assert w["red/final_weight"] == pytest.approx(3.0 * 5**0.5)
+    assert w["red/sft_loss_weight"] == pytest.approx(0.1 * 3.0 * 5**0.5)
     assert state.last == w
 
 

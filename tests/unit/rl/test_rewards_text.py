@@ -43,23 +43,35 @@ def test_planner_scored_on_planner_tags_even_if_text_mentions_refine():
     assert role_format_score(text, "planner") == 1.0
 
 
-@pytest.mark.parametrize(("text", "role", "valid"), [
-    ("<think>a</think><answer>b</answer>", "policy", True),
-    ("<think>a</think>\n<search>q</search>\n<information>d</information>\n<think>b</think><answer>c</answer>",
-     "policy", True),
-    ("<think>a</think><search>q</search><think>b</think><answer>c</answer>", "policy", False),  # no info
-    ("<answer>b</answer>", "policy", False),  # must think first
-    ("<think>a</think> stray <answer>b</answer>", "policy", False),
-    ("<think>a<search>q</search></think><answer>b</answer>", "policy", False),  # nested
-    ("<think>a</think><answer>b</answer><think>c</think>", "policy", False),  # after answer
-    ("<think>a</think><task>q</task><result>r</result><think>b</think><answer>c</answer>", "planner", True),
-    ("<think>a</think><search>q</search><information>d</information><think>b</think><answer>c</answer>",
-     "planner", False),
-    ("<think>a</think><search>q</search><documents>d</documents><refine>r</refine><answer>c</answer>",
-     "executor", True),
-    ("<think>a</think><search>q</search><documents>d</documents><answer>c</answer>", "executor", False),
-    ("", "policy", False),
-])
+@pytest.mark.parametrize(
+    ("text", "role", "valid"),
+    [
+        ("<think>a</think><answer>b</answer>", "policy", True),
+        (
+            "<think>a</think>\n<search>q</search>\n<information>d</information>\n<think>b</think><answer>c</answer>",
+            "policy",
+            True,
+        ),
+        ("<think>a</think><search>q</search><think>b</think><answer>c</answer>", "policy", False),  # no info
+        ("<answer>b</answer>", "policy", False),  # must think first
+        ("<think>a</think> stray <answer>b</answer>", "policy", False),
+        ("<think>a<search>q</search></think><answer>b</answer>", "policy", False),  # nested
+        ("<think>a</think><answer>b</answer><think>c</think>", "policy", False),  # after answer
+        ("<think>a</think><task>q</task><result>r</result><think>b</think><answer>c</answer>", "planner", True),
+        (
+            "<think>a</think><search>q</search><information>d</information><think>b</think><answer>c</answer>",
+            "planner",
+            False,
+        ),
+        (
+            "<think>a</think><search>q</search><documents>d</documents><refine>r</refine><answer>c</answer>",
+            "executor",
+            True,
+        ),
+        ("<think>a</think><search>q</search><documents>d</documents><answer>c</answer>", "executor", False),
+        ("", "policy", False),
+    ],
+)
 def test_strict_sequence_validator(text, role, valid):
     assert is_valid_sequence(text, role) is valid
 

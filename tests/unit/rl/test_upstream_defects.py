@@ -52,15 +52,17 @@ def test_answer_needs_only_one_answer_tag_in_the_response():
 
 def test_ppo_clip_is_applied():
     # The upstream tool-calling agent had no clipping at all (single-step REINFORCE).
-    loss, info = ppo_token_loss(torch.tensor([[math.log(2.0)]]), torch.tensor([[0.0]]), torch.tensor([1.0]),
-                                ClipConfig(0.2, 0.2))
+    loss, info = ppo_token_loss(
+        torch.tensor([[math.log(2.0)]]), torch.tensor([[0.0]]), torch.tensor([1.0]), ClipConfig(0.2, 0.2)
+    )
     assert loss.item() == pytest.approx(-1.2) and info["clipped"].all()
 
 
 def test_token_efficiency_budget_and_count_are_parameters():
     # The upstream recursive reasoner charged only worker tokens against a hard-coded 1000.
-    r = recursive_reasoner_reward(parsed=True, correct=False, tokens=300, decomposed=False, independence=0.0,
-                                  token_budget=600)
+    r = recursive_reasoner_reward(
+        parsed=True, correct=False, tokens=300, decomposed=False, independence=0.0, token_budget=600
+    )
     assert r.components["token_efficiency"] == pytest.approx(0.5)
 
 
@@ -68,8 +70,9 @@ def test_kl_coefficient_defaults_to_zero_and_needs_no_reference():
     # The recursive reasoner's KL depended on the installed TRL version's default β; ours is explicit, 0 by default.
     assert LossConfig().kl_coef == 0.0
     logp = torch.tensor([[-1.0]])
-    loss, metrics = rl_loss(LossInputs(logp, logp.clone(), torch.tensor([2.0]), torch.tensor([[1.0]])),
-                            LossConfig(), normaliser=1.0)
+    loss, metrics = rl_loss(
+        LossInputs(logp, logp.clone(), torch.tensor([2.0]), torch.tensor([[1.0]])), LossConfig(), normaliser=1.0
+    )
     assert loss.item() == pytest.approx(-2.0) and "kl" not in metrics
 
 

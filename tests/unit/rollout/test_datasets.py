@@ -21,12 +21,22 @@ FLASHRAG = Path("/work/shared/data/flashrag-quickstart/nq_test.jsonl")
 
 
 def test_search_r1_parquet(tmp_path):
-    rows = [{"data_source": "nq", "prompt": [{"role": "user", "content": "Answer it. Question: who is x?\n"}],
-             "ability": "fact-reasoning", "reward_model": {"style": "rule", "ground_truth": {"target": ["X", "Y"]}},
-             "extra_info": {"split": "train", "index": 0}},
-            {"data_source": "hotpotqa", "prompt": [{"role": "user", "content": "Question: where?"}],
-             "ability": "fact-reasoning", "reward_model": {"style": "rule", "ground_truth": {"target": ["Z"]}},
-             "extra_info": {"split": "train", "index": 0}}]
+    rows = [
+        {
+            "data_source": "nq",
+            "prompt": [{"role": "user", "content": "Answer it. Question: who is x?\n"}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["X", "Y"]}},
+            "extra_info": {"split": "train", "index": 0},
+        },
+        {
+            "data_source": "hotpotqa",
+            "prompt": [{"role": "user", "content": "Question: where?"}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["Z"]}},
+            "extra_info": {"split": "train", "index": 0},
+        },
+    ]
     path = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     records = load_prompts(str(path))

@@ -18,8 +18,15 @@ def test_outages_name_their_dependency_and_the_prompts_own_failures_none():
     assert outage_dependency("inference_http_429") == "inference"
     assert outage_dependency("searcher_http_502") == "searcher"
     assert outage_dependency("redis_error") == "redis"
-    for own in ("inference_http_404", "retriever_http_400", "inference_http_500", "retriever_http_500",
-                "http_unreachable", "ValueError", "KeyError"):
+    for own in (
+        "inference_http_404",
+        "retriever_http_400",
+        "inference_http_500",
+        "retriever_http_500",
+        "http_unreachable",
+        "ValueError",
+        "KeyError",
+    ):
         assert outage_dependency(own) is None, own
 
 

@@ -30,8 +30,11 @@ def traj(role: str, text: str, parent: str | None = None) -> TokenTrajectory:
 
 def test_coda_reward_goes_to_planner_and_executors():
     planner = traj("planner", "<think>x</think><task>t</task><answer>Paris</answer>")
-    executor = traj("executor", "<think>a</think><search>s</search><refine>Paris</refine><answer>Paris</answer>",
-                    parent=planner.sample_id)
+    executor = traj(
+        "executor",
+        "<think>a</think><search>s</search><refine>Paris</refine><answer>Paris</answer>",
+        parent=planner.sample_id,
+    )
     episode = Episode(main=planner, children=[executor], answer="Paris")
     settings = RolloutSettings.load(agent="coda")
     reward = score_episode(settings, RECORD, episode, hashing_embed)
@@ -44,8 +47,10 @@ def test_coda_reward_goes_to_planner_and_executors():
 
 
 def test_tool_agent_group_combination_l2_and_explicit():
-    rewards = [RewardResult(1.0, {"mrr": 1.0, "answer_similarity": 0.0, "format": 1.0}),
-               RewardResult(0.5, {"mrr": 0.0, "answer_similarity": 0.5, "format": 0.0})]
+    rewards = [
+        RewardResult(1.0, {"mrr": 1.0, "answer_similarity": 0.0, "format": 1.0}),
+        RewardResult(0.5, {"mrr": 0.0, "answer_similarity": 0.5, "format": 0.0}),
+    ]
     l2 = combine_group(RolloutSettings.load(agent="tool-agent", reward_combination="l2"), rewards)
     assert [r.reward for r in l2] == [pytest.approx(math.sqrt(2)), pytest.approx(0.5)]
     assert l2[0].components["weight_mrr"] == 1.0
@@ -82,14 +87,16 @@ async def test_search_r1_episode_without_an_answer_scores_zero():
         assert reward.components["valid_format"] == 0.0
     # training and eval score the same answer
     assert {k: reward.components[k] for k in ("em", "f1")} == {
-        k: v for k, v in answer_metrics("search-r1", TOM, episode.answer).items() if k in ("em", "f1")}
+        k: v for k, v in answer_metrics("search-r1", TOM, episode.answer).items() if k in ("em", "f1")
+    }
 
 
 async def test_coda_planner_format_counts_only_its_own_tags():
     # The planner writes <think> but never a task or an answer; the environment's invalid-action message
     # and nudge mention <task> and <answer> — they must not earn format credit or an "and" answer.
-    ctx, _ = make_ctx(scripted("<think>hmm</think> </task>", "<think>hm</think> </task>",
-                               "<think>h</think> </task>", "I give up"))
+    ctx, _ = make_ctx(
+        scripted("<think>hmm</think> </task>", "<think>hm</think> </task>", "<think>h</think> </task>", "I give up")
+    )
     episode = await run_episode("coda", ctx, TOM)
     assert INVALID_PLANNER_ACTION in episode.main.response_text and episode.answer is None
     reward = score_episode(RolloutSettings.load(agent="coda"), TOM, episode, hashing_embed)
@@ -100,9 +107,12 @@ async def test_coda_planner_format_counts_only_its_own_tags():
 
 async def test_retrieval_hit_comes_from_the_retriever_not_the_policy():
     # The policy writes its own <information> block holding the gold; the retriever never returned it.
-    ctx, _ = make_ctx(scripted(
-        "<think>t</think><information>Tom and Jerry</information><search> cartoon </search>",
-        "<think>u</think><answer> Tom </answer>"))
+    ctx, _ = make_ctx(
+        scripted(
+            "<think>t</think><information>Tom and Jerry</information><search> cartoon </search>",
+            "<think>u</think><answer> Tom </answer>",
+        )
+    )
     episode = await run_episode("search-r1", ctx, TOM)
     settings = RolloutSettings.load(agent="search-r1", answer_metric="f1")
     reward = score_episode(settings, TOM, episode, hashing_embed)
@@ -113,9 +123,14 @@ async def test_retrieval_hit_comes_from_the_retriever_not_the_policy():
 async def test_format_validity_is_decided_by_the_policy_turns():
     # Three searches use up the budget; the environment's nudge sits between the last <information> and the
     # forced answer. The policy's own sequence is think → (search → information → think)* → answer: valid.
-    ctx, _ = make_ctx(scripted("<think>a</think><search> q </search>", "<think>b</think><search> r </search>",
-                               "<think>c</think><search> s </search>",
-                               "<think>d</think><answer> Tom and Jerry </answer>"))
+    ctx, _ = make_ctx(
+        scripted(
+            "<think>a</think><search> q </search>",
+            "<think>b</think><search> r </search>",
+            "<think>c</think><search> s </search>",
+            "<think>d</think><answer> Tom and Jerry </answer>",
+        )
+    )
     episode = await run_episode("search-r1", ctx, TOM)
     assert FINAL_ANSWER_NUDGE in episode.main.response_text and episode.main.finish_reason == "budget"
     reward = score_episode(RolloutSettings.load(agent="search-r1"), TOM, episode, hashing_embed)

@@ -12,8 +12,12 @@ from tests.unit.agents.helpers import make_ctx, scripted
 
 
 async def test_think_then_search_then_answer():
-    ctx, fake = make_ctx(scripted("<think>I need the author.</think><search> hamlet author </search>",
-                                  "<think>Doc 1 says it.</think><answer> Shakespeare </answer>"))
+    ctx, fake = make_ctx(
+        scripted(
+            "<think>I need the author.</think><search> hamlet author </search>",
+            "<think>Doc 1 says it.</think><answer> Shakespeare </answer>",
+        )
+    )
     result = await run_searcher(ctx, "who wrote hamlet", max_turns=3)
     assert result.success and result.summary == "Shakespeare" and result.num_searches == 1
     assert ctx.retriever.queries == ["hamlet author"]

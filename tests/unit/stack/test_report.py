@@ -9,8 +9,9 @@ from services.stack.report import read_eval, render_summary, training_progress
 
 def write_eval(folder, metrics, n=10):
     folder.mkdir(parents=True)
-    (folder / "r.json").write_text(json.dumps({"by_source": {"lookup": {"n": n, **metrics},
-                                                             "ALL": {"n": n, **metrics}}, "failed": 0}))
+    (folder / "r.json").write_text(
+        json.dumps({"by_source": {"lookup": {"n": n, **metrics}, "ALL": {"n": n, **metrics}}, "failed": 0})
+    )
 
 
 def test_progress_and_summary(tmp_path):

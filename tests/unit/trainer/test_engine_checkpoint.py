@@ -29,8 +29,9 @@ def _input(seed: int) -> StepInput:
         n = rng.randrange(4, 20)
         tokens = [rng.randrange(64) for _ in range(n)]
         mask = [0, 0] + [1] * (n - 2)
-        seqs.append(TrainSeq(tokens, mask, {"adv": [rng.uniform(-1, 1)] * n, "old_logp": [0.0] * n,
-                                            "lag": [0.0] * n}, i))
+        seqs.append(
+            TrainSeq(tokens, mask, {"adv": [rng.uniform(-1, 1)] * n, "old_logp": [0.0] * n, "lag": [0.0] * n}, i)
+        )
     return StepInput(rl=seqs)
 
 
@@ -41,12 +42,21 @@ def model_dir(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("finetune", "stage", "recompute"), [("full", 0, False), ("full", 2, True),
-                                                              ("lora", 0, False), ("lora", 1, True)])
+@pytest.mark.parametrize(
+    ("finetune", "stage", "recompute"), [("full", 0, False), ("full", 2, True), ("lora", 0, False), ("lora", 1, True)]
+)
 def test_step_and_checkpoint_roundtrip(model_dir, tmp_path, finetune, stage, recompute):
-    settings = TrainerSettings(model=str(model_dir), finetune=finetune, lr=1e-2, warmup_steps=3, lora_rank=4,
-                               lora_targets=["q_proj", "v_proj"], micro_batch_tokens=32, zero_stage=stage,
-                               gradient_checkpointing=recompute)
+    settings = TrainerSettings(
+        model=str(model_dir),
+        finetune=finetune,
+        lr=1e-2,
+        warmup_steps=3,
+        lora_rank=4,
+        lora_targets=["q_proj", "v_proj"],
+        micro_batch_tokens=32,
+        zero_stage=stage,
+        gradient_checkpointing=recompute,
+    )
     device = init_distributed()
     eng = build_engine(settings, device)
     before = {k: v.clone() for k, v in eng.policy.state_dict().items()}

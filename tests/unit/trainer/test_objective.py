@@ -11,8 +11,14 @@ from services.trainer.packing import TrainSeq, pack
 
 
 def _batch(adv: float = 1.0, old: float = -1.0):
-    seqs = [TrainSeq([5, 6, 7, 8], [0, 1, 1, 1], {"old_logp": [0.0, old, old, old], "adv": [adv] * 4,
-                                                  "lag": [0.0, 1.0, 1.0, 1.0]}, 0)]
+    seqs = [
+        TrainSeq(
+            [5, 6, 7, 8],
+            [0, 1, 1, 1],
+            {"old_logp": [0.0, old, old, old], "adv": [adv] * 4, "lag": [0.0, 1.0, 1.0, 1.0]},
+            0,
+        )
+    ]
     return pack(seqs, 16)[0]
 
 
@@ -33,7 +39,8 @@ def test_decoupled_mode_weights_by_sampler_ratio():
     b = _batch(adv=1.0, old=-2.0)  # the sampler gave these tokens e^-2; the policy now e^-1: w = e, capped at 2
     logp = torch.full(b.input_ids.shape, -1.0, requires_grad=True)
     loss, m = Objective(TrainerSettings(is_mode="token", is_cap=2.0))(
-        logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 1})
+        logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 1}
+    )
     assert loss.item() == pytest.approx(-2.0)  # −A · w(=2) · r(=1)
     assert finish(m)["is_weight_mean"] == pytest.approx(2.0)
 

@@ -13,8 +13,16 @@ from services.trainer.observe import Observer
 
 
 def _rec(step: int) -> dict:
-    return {"step": step, "loss": 0.5 / step, "pg_loss": 0.4, "reward_mean": 0.1 * step, "reward/f1": 0.2,
-            "red/final_weight": 1.5, "tokens_per_second": 1000.0, "clip_fraction": float("nan")}
+    return {
+        "step": step,
+        "loss": 0.5 / step,
+        "pg_loss": 0.4,
+        "reward_mean": 0.1 * step,
+        "reward/f1": 0.2,
+        "red/final_weight": 1.5,
+        "tokens_per_second": 1000.0,
+        "clip_fraction": float("nan"),
+    }
 
 
 def test_jsonl_gauges_and_plots(tmp_path):
@@ -32,8 +40,11 @@ def test_jsonl_gauges_and_plots(tmp_path):
     assert "coda_trainer_step 3.0" in metrics and "coda_trainer_red_weight 1.5" in metrics
     assert "coda_policy_version 3.0" in metrics and "coda_trainer_weight_sync_seconds_hist_count 1.0" in metrics
     assert client.get("/health").status_code == 503  # no trainer yet
-    holder["t"] = SimpleNamespace(ready=threading.Event(), steps_without_rl=0, state=SimpleNamespace(
-        step=3, version=3, tokens=10, groups_trained=1, dropped_stale=0))
+    holder["t"] = SimpleNamespace(
+        ready=threading.Event(),
+        steps_without_rl=0,
+        state=SimpleNamespace(step=3, version=3, tokens=10, groups_trained=1, dropped_stale=0),
+    )
     holder["t"].ready.set()
     assert client.get("/health").status_code == 200
     assert client.get("/status").json()["version"] == 3
@@ -48,8 +59,9 @@ def test_jsonl_gauges_and_plots(tmp_path):
 
 def test_wandb_offline_run_written(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
-    obs = Observer(None, str(tmp_path), plot_every=100, wandb_project="coda-test", wandb_mode="offline",
-                   config={"lr": 1e-3})
+    obs = Observer(
+        None, str(tmp_path), plot_every=100, wandb_project="coda-test", wandb_mode="offline", config={"lr": 1e-3}
+    )
     obs.record(_rec(1))
     obs.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -64,8 +64,9 @@ def test_layout_targets_and_fields_shift_by_one():
     t0, t1 = seqs[0].tokens, seqs[1].tokens
     assert b.targets.tolist() == [[t0[1], t0[2], t0[3], 0, t1[1], t1[2], 0]]
     assert b.target_mask.tolist() == [[1, 1, 1, 0, 1, 1, 0]]  # masks [0,1,1,1] and [0,1,1], shifted left
-    assert b.fields["old"].tolist() == [[float(x) for x in (t0[1], t0[2], t0[3])] + [0.0]
-                                        + [float(t1[1]), float(t1[2]), 0.0]]
+    assert b.fields["old"].tolist() == [
+        [float(x) for x in (t0[1], t0[2], t0[3])] + [0.0] + [float(t1[1]), float(t1[2]), 0.0]
+    ]
     assert b.attention_mask is None and b.num_tokens == 7
 
 

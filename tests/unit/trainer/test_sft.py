@@ -43,7 +43,7 @@ class FakeRetriever:
 
 def test_documents_are_masked_and_only_policy_text_is_trained():
     tok = CharTokenizer()
-    docs = "Doc 1(Title: \"Paris\") Paris is the capital of France.\n"
+    docs = 'Doc 1(Title: "Paris") Paris is the capital of France.\n'
     ids, mask = demonstration(tok, "What is the capital of France?", "Paris", docs)
     trained = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
     untrained = tok.decode([t for t, m in zip(ids, mask, strict=True) if not m])
@@ -54,8 +54,10 @@ def test_documents_are_masked_and_only_policy_text_is_trained():
 
 def test_unsupported_questions_are_skipped():
     doc = RetrievedDocument(id="3", contents='"Lyon"\nLyon is a city in France.', score=1.0)
-    rows = [{"question": "Capital of France?", "golden_answers": ["Paris"]},
-            {"question": "Where is Lyon?", "golden_answers": ["France"]}]
+    rows = [
+        {"question": "Capital of France?", "golden_answers": ["Paris"]},
+        {"question": "Where is Lyon?", "golden_answers": ["France"]},
+    ]
     out = build(rows, CharTokenizer(), FakeRetriever([doc]), topk=1)
     assert [r["answer"] for r in out] == ["France"] and out[0]["doc_ids"] == ["3"]
     assert supported("Doc 1(Title: x) yes", ["yes"], ["A"], ["A"]) and not supported("", ["no"], ["A"], ["B"])

@@ -22,8 +22,16 @@ def test_window_keeps_the_latest_ids_in_order_and_the_count_keeps_going():
 
 def test_a_checkpoint_with_the_old_unbounded_ledger_loads():
     every = [f"g{i:05d}" for i in range(RECENT_GROUPS + 10)]
-    old = {"step": 7, "version": 7, "tokens": 900, "covered": ["5-0"], "trained_groups": every,
-           "dropped_stale": 2, "red": {"steps": 7}, "sft_cursor": 3}
+    old = {
+        "step": 7,
+        "version": 7,
+        "tokens": 900,
+        "covered": ["5-0"],
+        "trained_groups": every,
+        "dropped_stale": 2,
+        "red": {"steps": 7},
+        "sft_cursor": 3,
+    }
     state = TrainState.from_json(json.dumps(old))
     assert state.groups_trained == len(every) and state.recent_groups == every[-RECENT_GROUPS:]
     assert (state.step, state.covered, state.dropped_stale, state.red) == (7, ["5-0"], 2, {"steps": 7})
