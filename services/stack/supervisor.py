@@ -40,6 +40,7 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
     stop_grace_s: float | None = None  # SIGTERM → SIGKILL; None: the supervisor's default
+    one_shot: bool = False  # a job run beside the others: exiting with 0 is finishing, not dying
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
@@ -102,6 +103,8 @@ class Supervisor:
 
     def _check_alive(self, service: Service) -> None:
         if service.proc and service.proc.poll() is not None:
+            if service.one_shot and service.proc.returncode == 0:
+                return
             raise ServiceFailed(
                 f"{service.name} exited with code {service.proc.returncode}; last log lines:\n{service.tail()}"
             )

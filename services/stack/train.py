@@ -32,7 +32,7 @@ from services.stack.config import StackSettings
 from services.stack.prepare import Layout
 from services.stack.progress import Display, Pace
 from services.stack.report import EvalResult, read_eval, read_log, render_summary, training_progress
-from services.stack.supervisor import Service, Supervisor
+from services.stack.supervisor import Service, ServiceFailed, Supervisor
 from services.stack.vllm import SERVE_COMMAND, serve_env
 from services.trainer.config import TrainerSettings
 from shared.log import get_logger
@@ -284,7 +284,9 @@ class LocalStack:
         """The step-0 eval of the served base model, started beside training (``eval_beside_training``)."""
         args = [*steps.eval_args(self.settings, self.layout.evals / "step0"), "--eval-policy", "base"]
         self.say("step-0 eval started beside training (LoRA: the base weights it evaluates do not change)")
-        return sup.start(self.service("eval-step0", args))
+        service = self.service("eval-step0", args)
+        service.one_shot = True
+        return sup.start(service)
 
     def finish_eval(self, sup: Supervisor, service: Service, started: float) -> EvalResult:
         code = sup.wait_for(
@@ -343,8 +345,23 @@ class LocalStack:
                 )
             self.status(line)
 
+        budget = self.settings.train_budget_s
         try:
-            code = sup.wait_for(trainer, timeout_s=self.settings.train_timeout_s, on_tick=progress, tick_s=self.tick_s)
+            code = sup.wait_for(
+                trainer, timeout_s=budget or self.settings.train_timeout_s, on_tick=progress, tick_s=self.tick_s
+            )
+        except ServiceFailed:
+            if not budget or time.time() - start < budget:  # a service died, not the budget
+                self.stop(sup, rollout, trainer)
+                raise
+            # The budget is spent: stop as Ctrl-C would (the trainer writes its checkpoint; every step it made
+            # was already published), then evaluate as after max_steps.
+            self.say(
+                f"training budget of {budget:.0f}s spent at step {training_progress(log_file, max_steps, 0)[0]}: "
+                "stopping the trainer (it checkpoints)"
+            )
+            self.stop(sup, trainer, rollout)
+            code = 0
         except BaseException:
             # A run that failed or timed out leaves no trainer or rollout behind (they would hold their ports
             # and write into the next run's Redis).

@@ -44,9 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retriever-url", required=True, help="retriever base URL (POST /retrieve)")
     p.add_argument(
         "--qa",
-        type=Path,
-        default=Path("data/hotpotqa/qa_supported.jsonl"),
-        help="QA JSONL with id, question, golden_answers (FlashRAG layout)",
+        default="data/hotpotqa/qa_supported.jsonl",
+        help="QA JSONL with id, question, golden_answers (FlashRAG layout), or a rollout dataset (bundled:NAME)",
     )
     p.add_argument("--out", type=Path, required=True, help="demonstrations JSONL to write")
     p.add_argument("--topk", type=int, default=3, help="documents per search (default 3)")
@@ -63,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="leave out the fixed <think> sentences before each action",
     )
     p.add_argument("--limit", type=int, default=0, help="use at most this many questions (0 = all)")
+    p.add_argument(
+        "--split",
+        default="all",
+        help="all, or the rollout's hashed train/eval half of --qa (then --qa may be bundled:NAME)",
+    )
     p.add_argument(
         "--keep-unsupported",
         action="store_true",
@@ -179,12 +183,27 @@ def build(
     return out
 
 
+def qa_rows(source: str, split: str = "all") -> list[dict]:
+    """The questions of a FlashRAG JSONL file, or of a dataset the rollout names (``bundled:hotpotqa``):
+    ``split`` keeps the rollout's own ``train``/``eval`` halves (same hashed prompt ids), so demonstrations
+    never show the held-out questions the eval asks."""
+    if split == "all" and Path(source).is_file():
+        return [json.loads(line) for line in Path(source).read_text().splitlines() if line.strip()]
+    from recipes.datasets import load_prompts, select_split
+
+    records = select_split(load_prompts(source), split)
+    return [
+        {"id": r.prompt_id, "question": r.question, "golden_answers": list(r.golden_answers), "metadata": r.metadata}
+        for r in records
+    ]
+
+
 def run(args: argparse.Namespace) -> str:
     """Write the demonstrations; returns the one-line summary the command prints."""
     from recipes.core.tokenizer import HFTokenizer
     from shared.retriever_client import RetrieverClient
 
-    rows = [json.loads(line) for line in args.qa.read_text().splitlines() if line.strip()]
+    rows = qa_rows(str(args.qa), args.split)
     if args.limit:
         rows = rows[: args.limit]
     tok = HFTokenizer(args.model)

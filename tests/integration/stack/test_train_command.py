@@ -97,3 +97,42 @@ def test_an_agent_that_does_not_search_gets_no_index_and_no_retriever(tmp_path):
         assert stack.make_sft(sup) is None
     assert not stack.layout.index.exists()
     assert "no index: the recursive-reasoner agent does not search" in said
+
+
+@pytest.mark.slow
+def test_a_time_budget_ends_training_and_the_run_still_evaluates(tmp_path):
+    """``[stack] train_budget_s``: training stops when the budget is spent (the trainer checkpoints, as on
+    Ctrl-C), then the final eval runs and the run is finished."""
+    root, out = tmp_path / "runs", tmp_path / "out.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    with open(out, "ab") as log:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.stack",
+                "train",
+                "--recipe",
+                "configs/tiny-cpu.toml",
+                "--run-root",
+                str(root),
+                "--eval-limit",
+                "4",
+                "--train-budget-s",
+                "25",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
+    text = out.read_text()
+    assert done.returncode == 0, text[-3000:]
+    assert "training budget of 25s spent at step" in text and "make train finished" in text
+    run = next(root.glob(f"*/{runs.RUN_FILE}")).parent
+    steps = [r["step"] for r in read_log(run / "trainer" / "train.jsonl")]
+    assert 1 <= len(steps) < 500, steps  # tiny-cpu's max_steps is 500: the budget ended it
+    assert list((run / "eval" / "final").glob("*.json"))
+    assert json.loads((run / runs.RUN_FILE).read_text())["finished"]
