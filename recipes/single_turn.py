@@ -1,7 +1,7 @@
 """Single-turn: one completion of the prompt, no tools (the plain GRPO task: a prompt, a completion, a reward).
 
 The prompt is the row's prompt field rendered as one user turn by the model's chat template (with the recipe's
-``system_prompt`` before it when set); generation stops at EOS, at ``[rollout] stop`` strings or at
+``system_prompt`` before it when set, as for every agent); generation stops at EOS, at ``[rollout] stop`` strings or at
 ``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the
 gold answers with the answer metric; a user reward (``[rollout] reward = "module:function"``) replaces it.
 """
@@ -18,10 +18,7 @@ from recipes.rewards.result import RewardResult
 
 
 async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
-    messages = [{"role": "user", "content": record.question}]
-    if ctx.system_prompt:
-        messages.insert(0, {"role": "system", "content": ctx.system_prompt})
-    traj = TokenTrajectory(ctx.tok.render(messages), role="policy")
+    traj = TokenTrajectory(ctx.tok.render([{"role": "user", "content": record.question}]), role="policy")
     budget = ctx.budget("policy")
     room = budget.max_context_tokens - traj.prompt_len
     if room <= 0:

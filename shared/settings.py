@@ -44,6 +44,7 @@ SHARED_KEYS = frozenset(
         "stream",
         "weights_stream",
         "version_key",
+        "system_prompt",
     }
 )
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)

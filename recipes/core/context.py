@@ -38,7 +38,6 @@ class AgentContext:
     topk: int = 3
     searcher_max_turns: int | None = None
     stop: tuple[str, ...] = ()  # extra stop strings (single-turn)
-    system_prompt: str | None = None  # system turn before the prompt (single-turn; None: the template's choice)
 
     def budget(self, role: str) -> Budget:
         return self.budgets.get(role, Budget())

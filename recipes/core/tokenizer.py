@@ -24,6 +24,13 @@ class TokenizerLike(Protocol):
     def tool_turn(self, content: str) -> str: ...
 
 
+def with_system(messages: Messages, system_prompt: str | None) -> Messages:
+    """``messages`` with a system turn first when ``system_prompt`` is set and they have none."""
+    if system_prompt is None or (messages and messages[0]["role"] == "system"):
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
 def plain_render(messages: Messages) -> str:
     """Base-model layout (no chat template): system text, the user text, then ``\\nAssistant: ``."""
     parts = [m["content"] for m in messages if m["role"] in ("system", "user")]
@@ -56,9 +63,13 @@ class CharTokenizer:
 class HFTokenizer:
     """The served model's tokenizer (``tokenizer.json`` / ``tokenizer_config.json`` in ``path``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, system_prompt: str | None = None) -> None:
+        """``system_prompt``: the system turn put before any prompt that has none. ``None`` leaves it to the chat
+        template, and some templates add one of their own (SmolLM2's: 16 tokens naming the model), so a recipe
+        says what it wants; ``""`` is an empty system turn."""
         from transformers import AutoTokenizer  # heavy import: only where a real tokenizer is needed
 
+        self.system_prompt = system_prompt
         self.tok = AutoTokenizer.from_pretrained(path)
         self.eos_token_id = self.tok.eos_token_id
         self.has_template = bool(getattr(self.tok, "chat_template", None))
@@ -91,6 +102,7 @@ class HFTokenizer:
 
     def render(self, messages: Messages) -> list[int]:
         """Prompt ids of ``messages``; cached, since the ``n`` samples of a group share their prompt."""
+        messages = with_system(messages, self.system_prompt)
         key = tuple((m["role"], m["content"]) for m in messages)
         ids = self._rendered.get(key)
         if ids is None:
@@ -118,9 +130,9 @@ class HFTokenizer:
         return text[cut + len(marker) :] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)
 
 
-def load_tokenizer(spec: str) -> TokenizerLike:
+def load_tokenizer(spec: str, system_prompt: str | None = None) -> TokenizerLike:
     if spec == "char":
         return CharTokenizer()
     if not spec:
         raise ValueError("set the tokenizer (CODA_ROLLOUT_TOKENIZER / --tokenizer): the served model's folder")
-    return HFTokenizer(spec)
+    return HFTokenizer(spec, system_prompt)

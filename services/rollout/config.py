@@ -27,6 +27,7 @@ class RolloutSettings(ServiceSettings):
                 "stream",
                 "weights_stream",
                 "version_key",
+                "system_prompt",
             )
         },
     }
@@ -117,7 +118,8 @@ class RolloutSettings(ServiceSettings):
     stop: list[str] = Field(default_factory=list, description="single-turn: stop strings (EOS always stops)")
     system_prompt: str | None = Field(
         None,
-        description="single-turn: a system turn before the prompt (none: whatever the chat template does without one)",
+        description="A system turn before every prompt that has none ('' for an empty one; none: the chat template "
+        "decides, and SmolLM2's adds its own 16-token default)",
     )
 
     # ------------------------------------------------------------ rewards

@@ -61,7 +61,7 @@ async def agent_context(
         llm, settings.frozen_model_name or settings.model_name, Sampling(settings.frozen_temperature, 1.0)
     )
     ctx = AgentContext(
-        tok=tok or load_tokenizer(settings.tokenizer),
+        tok=tok or load_tokenizer(settings.tokenizer, settings.system_prompt),
         policy=PolicyGenerator(llm, state, sampling),
         retriever=retriever,
         frozen=frozen,
@@ -70,7 +70,6 @@ async def agent_context(
         topk=settings.topk,
         searcher_max_turns=settings.searcher_max_turns,
         stop=tuple(settings.stop),
-        system_prompt=settings.system_prompt,
     )
     try:
         yield ctx

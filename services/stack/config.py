@@ -14,7 +14,7 @@ class StackSettings(ServiceSettings):
 
     model_config = service_config("CODA_STACK_")
     toml_section: ClassVar[str] = "stack"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "model"}
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "system_prompt": "system_prompt"}
 
     run_root: str = Field(
         "runs/train",
@@ -52,6 +52,9 @@ class StackSettings(ServiceSettings):
     entity_tokens: bool = Field(True, description="Make the corpus titles whole tokens of the tokenizer")
     max_context: int = Field(1024, ge=64, description="Context length of the tiny model")
     sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
+    system_prompt: str | None = Field(
+        None, description="The system turn of the demonstrations' prompts: set it in [shared] so the rollout's match"
+    )
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
     inference: Literal["cpu-server", "vllm"] = Field(

@@ -94,6 +94,7 @@ class Layout:
             stack.sft_topk,
             stack.sft_think,
             sft_format,
+            stack.system_prompt,
         )
         return cls(
             model=Path(stack.model),
@@ -180,24 +181,28 @@ def index_args(layout: Layout) -> list[str]:
 
 def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt: str = "search") -> list[str]:
     """make-sft's arguments; ``fmt``: the recipe's demonstration format (``Recipe.demonstrations``)."""
-    return [
-        "services.trainer",
-        "make-sft",
-        "--model",
-        str(layout.model),
-        "--retriever-url",
-        retriever_url,
-        "--qa",
-        stack.train_qa,
-        "--out",
-        str(layout.sft),
-        "--topk",
-        str(stack.sft_topk),
-        "--format",
-        fmt,
-        "--split",
-        stack.sft_split,
-    ] + ([] if stack.sft_think else ["--no-think"])
+    return (
+        [
+            "services.trainer",
+            "make-sft",
+            "--model",
+            str(layout.model),
+            "--retriever-url",
+            retriever_url,
+            "--qa",
+            stack.train_qa,
+            "--out",
+            str(layout.sft),
+            "--topk",
+            str(stack.sft_topk),
+            "--format",
+            fmt,
+            "--split",
+            stack.sft_split,
+        ]
+        + ([] if stack.sft_think else ["--no-think"])
+        + ([] if stack.system_prompt is None else ["--system-prompt", stack.system_prompt])
+    )
 
 
 def eval_args(stack: StackSettings, out: Path) -> list[str]:

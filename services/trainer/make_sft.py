@@ -63,6 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--limit", type=int, default=0, help="use at most this many questions (0 = all)")
     p.add_argument(
+        "--system-prompt",
+        default=None,
+        help="system turn of every prompt (as the rollout's [rollout] system_prompt; default: the template's)",
+    )
+    p.add_argument(
         "--split",
         default="all",
         help="all, or the rollout's hashed train/eval half of --qa (then --qa may be bundled:NAME)",
@@ -206,7 +211,7 @@ def run(args: argparse.Namespace) -> str:
     rows = qa_rows(str(args.qa), args.split)
     if args.limit:
         rows = rows[: args.limit]
-    tok = HFTokenizer(args.model)
+    tok = HFTokenizer(args.model, args.system_prompt)
     with RetrieverClient(args.retriever_url) as retriever:
         demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, args.think)
     args.out.parent.mkdir(parents=True, exist_ok=True)
