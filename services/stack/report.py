@@ -72,29 +72,37 @@ def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pa
     return step, "training: " + " ".join(parts)
 
 
-def render_summary(run: Path, before: EvalResult, after: EvalResult, seconds: float) -> str:
+def render_summary(
+    run: Path, before: EvalResult, after: EvalResult, seconds: float, warm: tuple[int, EvalResult] | None = None
+) -> str:
+    """The closing table: the step-0 eval, the warm start's (``(its step, its eval)``, when the run had one:
+    what the demonstrations alone gave) and the end's, side by side."""
     rows = read_log(run / "trainer" / "train.jsonl")
     steps = int(rows[-1].get("step", len(rows))) if rows else 0
+    columns = [
+        ("step 0", before),
+        *([(f"warm start (step {warm[0]})", warm[1])] if warm else []),
+        (f"step {steps}", after),
+    ]
     lines = [
         "",
         "=" * 64,
         f"make train finished in {seconds / 60:.1f} min ({steps} optimizer steps)",
         "",
-        f"| greedy eval, held-out ({after.n} prompts) | step 0 | step {steps} |",
-        "|---|---|---|",
+        f"| greedy eval, held-out ({after.n} prompts) | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---|" * len(columns),
     ]
     for key in EVAL_METRICS:
-        if key in before.metrics or key in after.metrics:
-            b, a = before.metrics.get(key), after.metrics.get(key)
-            lines.append(f"| {key} | {_fmt(b)} | {_fmt(a)} |")
+        if any(key in result.metrics for _, result in columns):
+            lines.append(f"| {key} | " + " | ".join(_fmt(r.metrics.get(key)) for _, r in columns) + " |")
     r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
-    lines.append(f"| training reward (mean of first/last 5 steps) | {_fmt(r0)} | {_fmt(r1)} |")
+    gap = " |" if warm else ""
+    lines.append(f"| training reward (mean of first/last 5 steps) | {_fmt(r0)} |{gap} {_fmt(r1)} |")
     lines += [
         "",
         f"plots:       {run / 'trainer'}/*.png",
         f"checkpoints: {run / 'checkpoints'}",
-        f"evals:       {before.path}",
-        f"             {after.path}",
+        *[f"{'evals:' if i == 0 else '':<13}{r.path}" for i, (_, r) in enumerate(columns)],
         f"logs:        {run / 'logs'}",
         "=" * 64,
     ]

@@ -310,24 +310,75 @@ class LocalStack:
         return service
 
     def start_training(
-        self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "", **env: str
-    ) -> tuple[Service, Service]:
-        """Start the trainer, then the rollout (which waits for the trainer's first weights)."""
+        self,
+        sup: Supervisor,
+        sft: Path | None,
+        *,
+        recipe: str | None = None,
+        tag: str = "",
+        rollout: bool = True,
+        **env: str,
+    ) -> tuple[Service, Service | None]:
+        """Start the trainer, then the rollout (which waits for the trainer's first weights) unless the trainer
+        reads no rollouts (``rollout=False``: SFT only)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
         trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env))
-        rollout = sup.start(
-            self.service("rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env)
-        )
-        return trainer, rollout
+        producer = None
+        if rollout:
+            producer = sup.start(
+                self.service(
+                    "rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env
+                )
+            )
+        return trainer, producer
 
-    def stop(self, sup: Supervisor, *services: Service) -> None:
+    def stop(self, sup: Supervisor, *services: Service | None) -> None:
         for service in services:
-            sup.stop(service)
+            if service is not None:
+                sup.stop(service)
 
-    def train(self, sup: Supervisor, sft: Path | None, *, recipe: str | None = None, tag: str = "", **env: str) -> Path:
-        """Trainer + rollout until the trainer reaches its ``max_steps``; returns the trainer's JSONL log."""
-        trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, **env)
+    def warm_start(self, sup: Supervisor, sft: Path | None) -> tuple[int, EvalResult] | None:
+        """``[stack] warm_start_steps``: that many steps on the demonstrations alone (the trainer's ``sft_only``:
+        no rollouts), then the greedy eval of that policy, before the recipe's own training goes on from the
+        trainer's checkpoint. Skipped when its eval is there (a resumed run)."""
+        n = self.settings.warm_start_steps
+        if not n:
+            return None
+        if steps.has_eval(self.layout, "warm"):
+            return n, read_eval(self.layout.evals / "warm")
+        if sft is None:
+            raise RuntimeError("warm_start_steps needs demonstrations: the recipe has none, or [stack] sft is off")
+        if (checkpoint_step(self.run / "checkpoints") or 0) < n:
+            self.say(f"warm start: {n} steps on the demonstrations alone")
+            # red_mode only matters for the RL arms; SFT only needs any mode that weights the SFT loss.
+            self.train(
+                sup,
+                sft,
+                rollout=False,
+                budget=False,
+                CODA_TRAINER_SFT_ONLY="true",
+                CODA_TRAINER_RED_MODE="fixed",
+                CODA_TRAINER_MAX_STEPS=str(n),
+            )
+        warm = self.evaluate(sup, "warm")
+        self.say(f"warm-start eval: {warm.headline()}")
+        return n, warm
+
+    def train(
+        self,
+        sup: Supervisor,
+        sft: Path | None,
+        *,
+        recipe: str | None = None,
+        tag: str = "",
+        rollout: bool = True,
+        budget: bool = True,
+        **env: str,
+    ) -> Path:
+        """Trainer + rollout until the trainer reaches its ``max_steps`` (or, with ``budget``, the stack's
+        ``train_budget_s`` is spent); returns the trainer's JSONL log."""
+        trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, rollout=rollout, **env)
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
@@ -345,7 +396,7 @@ class LocalStack:
                 )
             self.status(line)
 
-        budget = self.settings.train_budget_s
+        budget = self.settings.train_budget_s if budget else None
         try:
             code = sup.wait_for(
                 trainer, timeout_s=budget or self.settings.train_timeout_s, on_tick=progress, tick_s=self.tick_s
@@ -386,13 +437,14 @@ class LocalStack:
                 self.say(f"step-0 eval: {before.headline()}")
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
                 self.say(f"training resumes from the checkpoint of step {resumed}")
+            warm = self.warm_start(sup, sft)
             self.train(sup, sft)
             if beside is not None:
                 before = self.finish_eval(sup, beside, eval_started)
                 self.say(f"step-0 eval: {before.headline()}")
             after = self.evaluate(sup, "final")
         runs.mark_finished(self.run)
-        return render_summary(self.run, before, after, time.time() - self.started)
+        return render_summary(self.run, before, after, time.time() - self.started, warm=warm)
 
 
 def threads_for(service: str) -> int:

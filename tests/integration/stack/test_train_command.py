@@ -136,3 +136,44 @@ def test_a_time_budget_ends_training_and_the_run_still_evaluates(tmp_path):
     assert 1 <= len(steps) < 500, steps  # tiny-cpu's max_steps is 500: the budget ended it
     assert list((run / "eval" / "final").glob("*.json"))
     assert json.loads((run / runs.RUN_FILE).read_text())["finished"]
+
+
+@pytest.mark.slow
+def test_a_warm_start_trains_on_demonstrations_alone_then_the_recipe_goes_on(tmp_path):
+    """``[stack] warm_start_steps``: SFT-only steps (no rollouts), their own eval, then the recipe's training
+    from that checkpoint; the summary shows all three evals."""
+    root, out = tmp_path / "runs", tmp_path / "out.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS="6")
+    with open(out, "ab") as log:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.stack",
+                "train",
+                "--recipe",
+                "configs/tiny-cpu.toml",
+                "--run-root",
+                str(root),
+                "--eval-limit",
+                "4",
+                "--warm-start-steps",
+                "3",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
+    text = out.read_text()
+    assert done.returncode == 0, text[-3000:]
+    assert "warm start: 3 steps on the demonstrations alone" in text
+    assert "| step 0 | warm start (step 3) | step 6 |" in text
+    run = next(root.glob(f"*/{runs.RUN_FILE}")).parent
+    rows = read_log(run / "trainer" / "train.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(r.get("rl_sequences", 0) == 0 and r["sft_tokens"] > 0 for r in rows[:3])  # demonstrations only
+    assert all(r["rl_sequences"] + r.get("skipped_zero_advantage", 0) > 0 for r in rows[3:])  # then rollouts too
+    assert list((run / "eval" / "warm").glob("*.json"))

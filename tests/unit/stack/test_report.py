@@ -31,3 +31,17 @@ def test_progress_and_summary(tmp_path):
     assert "| f1 | 0.100 | 0.600 |" in summary
     assert "| training reward (mean of first/last 5 steps) | 0.300 | 0.800 |" in summary
     assert "10.0 min (10 optimizer steps)" in summary
+
+
+def test_a_warm_start_gets_its_own_column(tmp_path):
+    log = tmp_path / "trainer" / "train.jsonl"
+    log.parent.mkdir()
+    rows = [{"step": s} for s in range(1, 6)] + [{"step": s, "reward_mean": 0.5} for s in range(6, 11)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for label, f1 in (("step0", 0.0), ("warm", 0.6), ("final", 0.9)):
+        write_eval(tmp_path / "eval" / label, {"f1": f1})
+    before, warm, after = (read_eval(tmp_path / "eval" / label) for label in ("step0", "warm", "final"))
+    summary = render_summary(tmp_path, before, after, 60, warm=(5, warm))
+    assert "| step 0 | warm start (step 5) | step 10 |" in summary
+    assert "| f1 | 0.000 | 0.600 | 0.900 |" in summary
+    assert str(warm.path) in summary
