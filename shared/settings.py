@@ -33,20 +33,17 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 RECIPE_ENV = "CODA_RECIPE"
 # [shared] keys, each read by the services that declare it in ``shared_keys``.
-SHARED_KEYS = frozenset(
-    {
-        "model",
-        "served_model_name",
-        "groups_per_step",
-        "max_staleness",
-        "temperature",
-        "redis_url",
-        "stream",
-        "weights_stream",
-        "version_key",
-        "system_prompt",
-    }
+# What the rollout and the trainer must agree on, field for field (each reads them under these names).
+PIPELINE_KEYS = (
+    "groups_per_step",
+    "max_staleness",
+    "temperature",
+    "redis_url",
+    "stream",
+    "weights_stream",
+    "version_key",
 )
+SHARED_KEYS = frozenset({"model", "served_model_name", "system_prompt", *PIPELINE_KEYS})
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 

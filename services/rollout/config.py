@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from recipes import RECIPES, Recipe, get_recipe, load_reward
 from recipes.core.turns import Budget
-from shared.settings import ServiceSettings, service_config
+from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
 
 
 class RolloutSettings(ServiceSettings):
@@ -17,19 +17,8 @@ class RolloutSettings(ServiceSettings):
     shared_keys: ClassVar[dict[str, str]] = {
         "model": "tokenizer",
         "served_model_name": "model_name",
-        **{
-            k: k
-            for k in (
-                "groups_per_step",
-                "max_staleness",
-                "temperature",
-                "redis_url",
-                "stream",
-                "weights_stream",
-                "version_key",
-                "system_prompt",
-            )
-        },
+        "system_prompt": "system_prompt",
+        **{k: k for k in PIPELINE_KEYS},
     }
 
     agent: str = Field(

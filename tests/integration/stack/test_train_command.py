@@ -99,39 +99,31 @@ def test_an_agent_that_does_not_search_gets_no_index_and_no_retriever(tmp_path):
     assert "no index: the recursive-reasoner agent does not search" in said
 
 
-@pytest.mark.slow
-def test_a_time_budget_ends_training_and_the_run_still_evaluates(tmp_path):
-    """``[stack] train_budget_s``: training stops when the budget is spent (the trainer checkpoints, as on
-    Ctrl-C), then the final eval runs and the run is finished."""
-    root, out = tmp_path / "runs", tmp_path / "out.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+def _train_to_end(root: Path, out: Path, *flags: str, **env: str) -> tuple[int, str, Path]:
+    """``services.stack train`` on tiny-cpu to its end: (exit code, what it printed, the run folder)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
+    base.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **env)
+    args = ["train", "--recipe", "configs/tiny-cpu.toml", "--run-root", str(root), "--eval-limit", "4", *flags]
     with open(out, "ab") as log:
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "services.stack",
-                "train",
-                "--recipe",
-                "configs/tiny-cpu.toml",
-                "--run-root",
-                str(root),
-                "--eval-limit",
-                "4",
-                "--train-budget-s",
-                "25",
-            ],
+            [sys.executable, "-m", "services.stack", *args],
             cwd=REPO,
-            env=env,
+            env=base,
             stdout=log,
             stderr=subprocess.STDOUT,
             timeout=900,
         )
-    text = out.read_text()
-    assert done.returncode == 0, text[-3000:]
+    runs_made = [p.parent for p in root.glob(f"*/{runs.RUN_FILE}")]
+    return done.returncode, out.read_text(), runs_made[0] if runs_made else root
+
+
+@pytest.mark.slow
+def test_a_time_budget_ends_training_and_the_run_still_evaluates(tmp_path):
+    """``[stack] train_budget_s``: training stops when the budget is spent (the trainer checkpoints, as on
+    Ctrl-C), then the final eval runs and the run is finished."""
+    code, text, run = _train_to_end(tmp_path / "runs", tmp_path / "out.txt", "--train-budget-s", "25")
+    assert code == 0, text[-3000:]
     assert "training budget of 25s spent at step" in text and "make train finished" in text
-    run = next(root.glob(f"*/{runs.RUN_FILE}")).parent
     steps = [r["step"] for r in read_log(run / "trainer" / "train.jsonl")]
     assert 1 <= len(steps) < 500, steps  # tiny-cpu's max_steps is 500: the budget ended it
     assert list((run / "eval" / "final").glob("*.json"))
@@ -142,36 +134,12 @@ def test_a_time_budget_ends_training_and_the_run_still_evaluates(tmp_path):
 def test_a_warm_start_trains_on_demonstrations_alone_then_the_recipe_goes_on(tmp_path):
     """``[stack] warm_start_steps``: SFT-only steps (no rollouts), their own eval, then the recipe's training
     from that checkpoint; the summary shows all three evals."""
-    root, out = tmp_path / "runs", tmp_path / "out.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS="6")
-    with open(out, "ab") as log:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "services.stack",
-                "train",
-                "--recipe",
-                "configs/tiny-cpu.toml",
-                "--run-root",
-                str(root),
-                "--eval-limit",
-                "4",
-                "--warm-start-steps",
-                "3",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=900,
-        )
-    text = out.read_text()
-    assert done.returncode == 0, text[-3000:]
+    code, text, run = _train_to_end(
+        tmp_path / "runs", tmp_path / "out.txt", "--warm-start-steps", "3", CODA_TRAINER_MAX_STEPS="6"
+    )
+    assert code == 0, text[-3000:]
     assert "warm start: 3 steps on the demonstrations alone" in text
     assert "| step 0 | warm start (step 3) | step 6 |" in text
-    run = next(root.glob(f"*/{runs.RUN_FILE}")).parent
     rows = read_log(run / "trainer" / "train.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert all(r.get("rl_sequences", 0) == 0 and r["sft_tokens"] > 0 for r in rows[:3])  # demonstrations only
