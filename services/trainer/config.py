@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from shared.settings import ServiceSettings, service_config
+from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
 
 
 class TrainerSettings(ServiceSettings):
@@ -14,29 +14,32 @@ class TrainerSettings(ServiceSettings):
 
     model_config = service_config("CODA_TRAINER_")
     toml_section: ClassVar[str] = "trainer"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "model", **{k: k for k in (
-        "groups_per_step", "max_staleness", "temperature", "redis_url", "stream", "weights_stream", "version_key")}}
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", **{k: k for k in PIPELINE_KEYS}}
 
     # ---------------------------------------------------------------- model and engine
     model: str = Field("models/tiny", description="Hugging Face model folder of the initial policy")
     reference_model: str | None = Field(
-        None, description="Folder of the fixed KL reference (default: the initial policy `model`)")
+        None, description="Folder of the fixed KL reference (default: the initial policy `model`)"
+    )
     finetune: Literal["full", "lora"] = Field("full", description="Full fine-tuning or a LoRA adapter (peft)")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout")
-    lora_targets: list[str] = Field(["q_proj", "k_proj", "v_proj", "o_proj"],
-                                    description="Module names that get LoRA adapters")
+    lora_targets: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters"
+    )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory")
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="Parameter precision: auto = bf16 on GPU, fp32 on CPU")
+        "auto", description="Parameter precision: auto = bf16 on GPU, fp32 on CPU"
+    )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="After the warm-up: constant, or a decay to lr·lr_min_ratio at max_steps")
+        "constant", description="After the warm-up: constant, or a decay to lr·lr_min_ratio at max_steps"
+    )
     lr_min_ratio: float = Field(0.0, ge=0, le=1, description="Learning-rate floor of a decay, as a share of lr")
     lr_decay_steps: int = Field(0, ge=0, description="Decay over the last N steps only (0 = from the warm-up on)")
     grad_clip: float = Field(1.0, ge=0, description="Gradient-norm clip (0 = off)")
@@ -51,13 +54,15 @@ class TrainerSettings(ServiceSettings):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts (logits / T)")
     max_staleness: int = Field(1, ge=0, description="Samples older than this many versions are stale")
     stale_policy: Literal["drop", "correct"] = Field(
-        "drop", description="Stale samples: drop them (counted) or keep them with importance correction")
+        "drop", description="Stale samples: drop them (counted) or keep them with importance correction"
+    )
     read_block_ms: int = Field(1000, ge=1, description="How long one stream read waits for new groups")
 
     # ---------------------------------------------------------------- loss
     advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator")
     role_baseline: Literal["inherit", "per_role", "pooled"] = Field(
-        "inherit", description="Executors inherit the planner advantage, get their own baseline, or share one")
+        "inherit", description="Executors inherit the planner advantage, get their own baseline, or share one"
+    )
     clip_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1")
     clip_high: float = Field(0.28, ge=0, description="PPO clip epsilon above 1 (clip-higher)")
     dual_clip: float | None = Field(None, description="Dual-clip constant c (> 1) for negative advantages")
@@ -66,11 +71,14 @@ class TrainerSettings(ServiceSettings):
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
     entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
     skip_zero_advantage: bool = Field(
-        False, description="Leave samples with advantage 0 out of the step (no gradient without a KL or entropy "
-                           "term; counted as skipped_zero_advantage). A batch left with nothing to train makes "
-                           "no step: without demonstrations a run whose rewards are all equal then makes none")
+        False,
+        description="Leave samples with advantage 0 out of the step (no gradient without a KL or entropy "
+        "term; counted as skipped_zero_advantage). A batch left with nothing to train makes "
+        "no step: without demonstrations a run whose rewards are all equal then makes none",
+    )
     is_mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
-        "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)")
+        "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)"
+    )
     is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
     is_seq_min: float = Field(0.5, gt=0, description="Lower edge of the sequence ratio band (geometric mean)")
     is_seq_max: float = Field(2.0, gt=0, description="Upper edge of the sequence ratio band (geometric mean)")
@@ -80,7 +88,14 @@ class TrainerSettings(ServiceSettings):
     sft_batch: int = Field(4, ge=1, description="Demonstrations per optimizer step")
     sft_coef: float = Field(0.1, ge=0, description="SFT loss coefficient (multiplied by the RED weight)")
     red_mode: Literal["grpo_only", "fixed", "red"] = Field(
-        "red", description="SFT weight: none, fixed sft_coef, or RED (entropy change × accuracy factor)")
+        "red", description="SFT weight: none, fixed sft_coef, or RED (entropy change × accuracy factor)"
+    )
+    sft_only: bool = Field(
+        False,
+        description="SFT only (the RED ablations' baseline, and a warm start): read no rollouts; every step "
+        "trains on sft_batch demonstrations at weight sft_coef and is published as usual, so "
+        "the stack needs no rollout service. Needs sft_data and a red_mode other than grpo_only",
+    )
     red_g: float = Field(5.0, ge=1, description="RED clamp constant G")
     red_ema_decay: float = Field(0.99, ge=0, lt=1, description="Decay of the RED entropy EMAs")
     red_delta: Literal["relative", "absolute"] = Field("relative", description="RED entropy-change variant")
@@ -93,14 +108,20 @@ class TrainerSettings(ServiceSettings):
     inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
     served_model: str = Field("policy", description="Model name of the full weights on the inference server")
     server_check_s: float = Field(
-        2.0, ge=0, description="How often to ask the inference server which weights it serves; one that restarted "
-        "and lost them gets the last published version again (0: never ask)")
+        2.0,
+        ge=0,
+        description="How often to ask the inference server which weights it serves; one that restarted "
+        "and lost them gets the last published version again (0: never ask)",
+    )
     sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
     sync_prompt: list[int] = Field([1, 2, 3, 4, 5, 6, 7, 8], description="Probe prompt token ids of the sync check")
     sync_tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")
     sync_tolerance: float = Field(
-        0.5, gt=0, description="Sync-check difference (nats) above which a warning says the server is not serving "
-                               "the trainer's weights (fp32: ~1e-6; bf16: ~1e-2; another base model: > 1)")
+        0.5,
+        gt=0,
+        description="Sync-check difference (nats) above which a warning says the server is not serving "
+        "the trainer's weights (fp32: ~1e-6; bf16: ~1e-2; another base model: > 1)",
+    )
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
     keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")
@@ -118,12 +139,16 @@ class TrainerSettings(ServiceSettings):
     consumer: str = Field("trainer-0", description="This trainer's consumer name (stable across restarts)")
     weights_stream: str = Field("weights", description="Stream of weight-update events")
     version_key: str = Field("policy:version", description="Redis key holding the live policy version")
-    admission_key: str = Field("policy:admission",
-                               description="Redis key of the admission mark: groups taken, for the rollout's gate")
+    admission_key: str = Field(
+        "policy:admission", description="Redis key of the admission mark: groups taken, for the rollout's gate"
+    )
     published_key: str = Field("rollout:published", description="The rollout's counter of published groups")
     dependency_timeout_s: float = Field(
-        600, gt=0, description="Redis or the inference server unreachable this long (retried with backoff "
-                               "meanwhile) ends the trainer; shorter outages are waited out")
+        600,
+        gt=0,
+        description="Redis or the inference server unreachable this long (retried with backoff "
+        "meanwhile) ends the trainer; shorter outages are waited out",
+    )
 
     # ---------------------------------------------------------------- observability
     host: str = Field("127.0.0.1", description="Bind address of /health and /metrics")
@@ -139,4 +164,6 @@ class TrainerSettings(ServiceSettings):
             raise ValueError("dual_clip must be > 1")
         if self.finetune == "lora" and self.zero_stage == 3:
             raise ValueError("LoRA with ZeRO-3 is not supported: use zero_stage <= 2")
+        if self.sft_only and self.red_mode == "grpo_only":
+            raise ValueError("sft_only trains on demonstrations only: red_mode grpo_only leaves nothing to train")
         return self

@@ -77,9 +77,18 @@ class Trainer:
         self.rank0 = self.eng.rank == 0
         self.ref = load_reference(s, self.device, param_dtype(s, self.device))
         self.objective = Objective(s)
-        self.red_cfg = REDConfig(mode=s.red_mode, g=s.red_g, sft_coef=s.sft_coef, ema_decay=s.red_ema_decay,
-                                 delta=s.red_delta, accuracy_aware=s.red_accuracy_aware, floor=s.red_floor)
+        self.red_cfg = REDConfig(
+            mode=s.red_mode,
+            g=s.red_g,
+            sft_coef=s.sft_coef,
+            ema_decay=s.red_ema_decay,
+            delta=s.red_delta,
+            accuracy_aware=s.red_accuracy_aware,
+            floor=s.red_floor,
+        )
         self.sft = SftData(s.sft_data) if s.sft_data and s.red_mode != "grpo_only" else None
+        if s.sft_only and self.sft is None:
+            raise ValueError("sft_only needs demonstrations: set sft_data")
         self.redis = self.queue = self.reader = None
         client = None
         if self.rank0:
@@ -96,13 +105,31 @@ class Trainer:
             self.queue = StreamQueue(raw, s.stream, TrajectoryGroup, group=s.consumer_group, consumer=s.consumer)
             # One try per call: Patience retries outages (one warning each); the client's own retries would
             # only add a warning per failed try.
-            client = (Patient(SyncInferenceClient(s.inference_url, retry=RetryPolicy(attempts=1)), self.patience,
-                              "inference server") if s.inference_url else None)
-            self.observer = Observer(self.registry, s.log_dir, s.plot_every, s.wandb_project, s.wandb_mode,
-                                     config=s.model_dump(mode="json"))
+            client = (
+                Patient(
+                    SyncInferenceClient(s.inference_url, retry=RetryPolicy(attempts=1)),
+                    self.patience,
+                    "inference server",
+                )
+                if s.inference_url
+                else None
+            )
+            self.observer = Observer(
+                self.registry, s.log_dir, s.plot_every, s.wandb_project, s.wandb_mode, config=s.model_dump(mode="json")
+            )
         self.client = client
-        self.publisher = Publisher(self.eng.engine, s.weights_dir, s.finetune, client, self.redis, s.weights_stream,
-                                   s.version_key, s.keep_weights, s.served_model, admission_key=s.admission_key)
+        self.publisher = Publisher(
+            self.eng.engine,
+            s.weights_dir,
+            s.finetune,
+            client,
+            self.redis,
+            s.weights_stream,
+            s.version_key,
+            s.keep_weights,
+            s.served_model,
+            admission_key=s.admission_key,
+        )
         self.state, self.red = checkpoint.TrainState(), REDState()
         path = checkpoint.latest(s.checkpoint_dir) if s.resume == "auto" else None
         if path is not None:
@@ -110,17 +137,23 @@ class Trainer:
             self.red = REDState.from_dict(self.state.red) if self.state.red else REDState()
         if self.rank0:
             vocab = self.eng.lm.get_input_embeddings().num_embeddings
-            self.reader = GroupReader(self.queue, self.state.covered, s.read_block_ms, check=group_check(vocab),
-                                      patience=self.patience)
+            self.reader = GroupReader(
+                self.queue, self.state.covered, s.read_block_ms, check=group_check(vocab), patience=self.patience
+            )
+        self.saved_step = self.state.step
         self._sync_server()
-        self.watch = (ServerWatch(self.publisher, s.inference_url, s.server_check_s).start()
-                      if self.rank0 and s.inference_url and s.server_check_s > 0 else None)
+        self.watch = (
+            ServerWatch(self.publisher, s.inference_url, s.server_check_s).start()
+            if self.rank0 and s.inference_url and s.server_check_s > 0
+            else None
+        )
         self.ready.set()
 
     def _sync_server(self) -> None:
         """Make the server and Redis serve exactly the weights we hold, under a version that only grows."""
-        live, highest = self._broadcast((self.publisher.live_version(), self.publisher.highest_version())
-                                        if self.rank0 else None)
+        live, highest = self._broadcast(
+            (self.publisher.live_version(), self.publisher.highest_version()) if self.rank0 else None
+        )
         if highest is not None and highest > self.state.version:
             # Versions were published (or reserved for a load cut short) from steps whose checkpoint was lost:
             # ours are older, so they get a new number rather than one the rollouts or the server saw with
@@ -136,6 +169,9 @@ class Trainer:
             self.stop = self.patience.stop = stop
         stop, s = self.stop, self.s
         while not stop.is_set() and (s.max_steps == 0 or self.state.step < s.max_steps):
+            if s.sft_only:
+                self._train_sft_only()
+                continue
             entries = self._broadcast(self.reader.collect(s.groups_per_step, stop) if self.rank0 else None)
             if len(entries) < s.groups_per_step:
                 break  # stopping
@@ -146,11 +182,13 @@ class Trainer:
                     raise
                 # Only after the step's state is complete does a step talk to Redis or the server (mark,
                 # publish, stats): the checkpoint below keeps the step, the next start publishes it.
-                log.warning("stopping while a dependency is down: the step's publishing is left to the next start",
-                            extra={"step": self.state.step, "version": self.state.version})
+                log.warning(
+                    "stopping while a dependency is down: the step's publishing is left to the next start",
+                    extra={"step": self.state.step, "version": self.state.version},
+                )
                 break
-        if self.unacked:  # stopping between checkpoints: make the trained groups durable, then ack them
-            self._checkpoint()
+        if self.unacked or (s.sft_only and self.state.step != self.saved_step):
+            self._checkpoint()  # stopping between checkpoints: make the trained steps durable (then ack them)
         if self.rank0:
             self.observer.close()
         if self.watch is not None:
@@ -167,14 +205,23 @@ class Trainer:
         if s.skip_zero_advantage and s.kl_coef == 0 and s.entropy_coef == 0:
             seqs, skipped = teaching(seqs)
         rows = [smp for g in groups for smp in g.samples]
-        accuracy = planner_accuracy([smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
-                                    [smp.role for smp in rows], s.red_accuracy_threshold)
+        accuracy = planner_accuracy(
+            [smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
+            [smp.role for smp in rows],
+            s.red_accuracy_threshold,
+        )
         red = red_weights(self.red, self.red_cfg, accuracy) if self.sft else {}
         sft_seqs, cursor = [], st.sft_cursor
         if self.sft and red["red/sft_loss_weight"] > 0:
             sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
-        out = train_step(self.eng, StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)), self.objective,
-                         self.ref, s.micro_batch_tokens, s.packing)
+        out = train_step(
+            self.eng,
+            StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)),
+            self.objective,
+            self.ref,
+            s.micro_batch_tokens,
+            s.packing,
+        )
         st.dropped_stale += dropped
         st.record_groups([g.group_id for g in groups])
         self.unacked += [e.id for e in entries]
@@ -185,8 +232,11 @@ class Trainer:
             if self.rank0:
                 self.publisher.mark(st.version, self._consumed())
             return
-        self.red.observe(out["rl_entropy"] if out["rl_tokens"] else None,
-                         out["sft_entropy"] if sft_seqs else None, self.red_cfg.ema_decay)
+        self.red.observe(
+            out["rl_entropy"] if out["rl_tokens"] else None,
+            out["sft_entropy"] if sft_seqs else None,
+            self.red_cfg.ema_decay,
+        )
         st.step += 1
         st.tokens += int(out["tokens"])
         st.sft_cursor = cursor
@@ -205,12 +255,49 @@ class Trainer:
             rec["skipped_zero_advantage"] = skipped
             self.observer.record(rec)
 
+    def _train_sft_only(self) -> None:
+        """One step on the next ``sft_batch`` demonstrations alone (``sft_only``): no groups are read."""
+        s, st = self.s, self.state
+        start = time.perf_counter()
+        sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
+        out = train_step(
+            self.eng, StepInput([], sft_seqs, s.sft_coef), self.objective, self.ref, s.micro_batch_tokens, s.packing
+        )
+        self.red.observe(None, out["sft_entropy"], self.red_cfg.ema_decay)
+        st.step += 1
+        st.tokens += int(out["tokens"])
+        st.sft_cursor = cursor
+        st.red = self.red.to_dict()
+        publish = st.step % s.publish_every == 0
+        if publish:
+            st.version += 1
+        if st.step % s.checkpoint_every == 0:
+            self._checkpoint()
+        if publish:
+            self._publish(announce=True)
+        if self.rank0:
+            seconds = time.perf_counter() - start
+            self.observer.record(
+                {
+                    **finish(out),
+                    "red/sft_loss_weight": s.sft_coef,
+                    "step": st.step,
+                    "version": st.version,
+                    "step_seconds": seconds,
+                    "groups": 0,
+                    "tokens_per_second": out["tokens"] / max(out["seconds"], 1e-9),
+                    "total_tokens": st.tokens,
+                }
+            )
+
     def _watch_rl(self, out: dict, dropped: int, trainable: int, skipped: int = 0) -> None:
         """Make training on nothing loud: a warning per step without RL tokens, counters for the dashboard.
         A step whose RL samples all had advantage 0 is not that: they were fresh, they just taught nothing."""
         if not out["rl_tokens"] and skipped and not dropped:
-            log.info("no RL sample had an advantage in this step: every group's rewards were equal",
-                     extra={"version": self.state.version, "skipped_zero_advantage": skipped})
+            log.info(
+                "no RL sample had an advantage in this step: every group's rewards were equal",
+                extra={"version": self.state.version, "skipped_zero_advantage": skipped},
+            )
             return
         if out["rl_tokens"]:
             if self.steps_without_rl:
@@ -220,10 +307,17 @@ class Trainer:
         self.steps_without_rl += 1
         if self.rank0:
             self.observer.without_rl(trained=bool(out["tokens"]), dropped=dropped)
-            log.warning("no RL sample trained in this step" + (": all were stale" if dropped else ""),
-                        extra={"version": self.state.version, "trainable_samples": trainable,
-                               "dropped_stale": dropped, "skipped_zero_advantage": skipped,
-                               "sft_tokens": int(out.get("sft_tokens", 0)), "steps_in_a_row": self.steps_without_rl})
+            log.warning(
+                "no RL sample trained in this step" + (": all were stale" if dropped else ""),
+                extra={
+                    "version": self.state.version,
+                    "trainable_samples": trainable,
+                    "dropped_stale": dropped,
+                    "skipped_zero_advantage": skipped,
+                    "sft_tokens": int(out.get("sft_tokens", 0)),
+                    "steps_in_a_row": self.steps_without_rl,
+                },
+            )
 
     def _consumed(self) -> int:
         """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``).
@@ -236,8 +330,10 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         self.state.covered = list(self.unacked)
-        checkpoint.save(self.eng.engine, self.state, self.s.checkpoint_dir, self.s.keep_checkpoints,
-                        self.eng.rank, self.eng.world)
+        self.saved_step = self.state.step
+        checkpoint.save(
+            self.eng.engine, self.state, self.s.checkpoint_dir, self.s.keep_checkpoints, self.eng.rank, self.eng.world
+        )
         faults.point("before_ack")
         if self.rank0 and self.unacked:
             try:
@@ -246,15 +342,18 @@ class Trainer:
                 if not self.stop.is_set():
                     raise
                 # Safe to skip: the checkpoint just written lists them as covered, and the next start acks them.
-                log.warning("stopping with Redis down: groups not acknowledged, the next start acknowledges them",
-                            extra={"count": len(self.unacked)})
+                log.warning(
+                    "stopping with Redis down: groups not acknowledged, the next start acknowledges them",
+                    extra={"count": len(self.unacked)},
+                )
         self.unacked = []
         faults.point("before_publish")
 
     def _publish(self, announce: bool) -> None:
         consumed = self._consumed() if self.rank0 else None
-        self.last_publish = self.publisher.publish(self.state.version, self.state.step, announce=announce,
-                                                   consumed=consumed)
+        self.last_publish = self.publisher.publish(
+            self.state.version, self.state.step, announce=announce, consumed=consumed
+        )
         if self.rank0 and self.last_publish is not None:
             self.observer.published(self.state.version, self.last_publish.publish_seconds)
         if self.s.sync_check and self.s.inference_url:
@@ -272,8 +371,9 @@ class Trainer:
             log.warning(warning, extra={"version": self.state.version})
         return diff
 
-    def _record(self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int,
-                seconds: float) -> dict[str, float]:
+    def _record(
+        self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int, seconds: float
+    ) -> dict[str, float]:
         rewards = [smp.reward for g in groups for smp in g.samples]
         components: dict[str, list[float]] = {}
         for g in groups:
@@ -283,11 +383,22 @@ class Trainer:
         stats = self.patience.call("redis", self.queue.stats)
         lags = [max(0, self.state.version - g.policy_version) for g in groups]
         rec = {**finish(out), **red, **{k: float(np.mean(v)) for k, v in components.items()}}
-        rec.update(step=self.state.step, version=self.state.version, step_seconds=seconds,
-                   tokens_per_second=out["tokens"] / max(out["seconds"], 1e-9), reward_mean=float(np.mean(rewards)),
-                   reward_std=float(np.std(rewards)), groups=len(groups), zero_variance_groups=zero_var,
-                   dropped_stale=self.state.dropped_stale, dropped_stale_step=dropped, staleness_max=max(lags),
-                   queue_lag=stats.lag, queue_pending=stats.pending, total_tokens=self.state.tokens)
+        rec.update(
+            step=self.state.step,
+            version=self.state.version,
+            step_seconds=seconds,
+            tokens_per_second=out["tokens"] / max(out["seconds"], 1e-9),
+            reward_mean=float(np.mean(rewards)),
+            reward_std=float(np.std(rewards)),
+            groups=len(groups),
+            zero_variance_groups=zero_var,
+            dropped_stale=self.state.dropped_stale,
+            dropped_stale_step=dropped,
+            staleness_max=max(lags),
+            queue_lag=stats.lag,
+            queue_pending=stats.pending,
+            total_tokens=self.state.tokens,
+        )
         if self.last_publish is not None and self.last_publish.step == self.state.step:
             rec["publish_seconds"] = self.last_publish.publish_seconds
             if self.sync_diff is not None:

@@ -1,0 +1,417 @@
+"""The RED ablations on the real model, at equal wall time: what RL adds after a warm start on demonstrations.
+
+    .venv/bin/python bench/ablation.py --hotpot-seeds 0     # 4 arms x 2 seeds, ~60 min on 2 CPU cores
+    .venv/bin/python bench/ablation.py --train-s 120 --seeds 0 --arms sft red   # a quick look
+
+1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
+   ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once.
+2. Each arm (``configs/smol-ablation-{grpo,sft,fixed,red}.toml``: smol-cpu with only ``red_mode`` /
+   ``sft_only`` changed) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
+   not its RNG state, so ``--seeds`` differ) with its own Redis, inference server and retriever, and trains for
+   ``--train-s`` seconds of wall time, cut into ``--segments`` pieces: after each the trainer and the rollout
+   are stopped (the trainer checkpoints), the adapter it published last is evaluated greedily on the lookup
+   world's 72 held-out questions, and training resumes from the checkpoint. Only the time the trainer (and
+   the rollout, for the RL arms) runs counts as training time; the evals are outside it.
+3. After the last segment, the same adapter on a fixed subset of the bundled HotpotQA questions (their own
+   BM25 index; ``--hotpot 0``: skip).
+4. ``bench/results/ablation.md`` (a table) and ``ablation.png`` (held-out F1 against training wall time, one
+   line per arm) are rewritten after every run, so an interrupted bench leaves what it measured; the raw
+   numbers go to ``ablation.json``. A run already in ``ablation.json`` is not run again (``--fresh``: redo).
+
+Arms run interleaved (seed 0: the order given, seed 1: reversed, ...) because the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
+
+from services.stack import prepare as steps  # noqa: E402
+from services.stack.config import StackSettings  # noqa: E402
+from services.stack.prepare import Layout  # noqa: E402
+from services.stack.report import read_eval, read_log  # noqa: E402
+from services.stack.supervisor import Supervisor  # noqa: E402
+from services.stack.train import LocalStack  # noqa: E402
+from services.trainer import checkpoint  # noqa: E402
+from shared.redis_server import free_port  # noqa: E402
+
+ARMS = {"grpo": "GRPO only", "sft": "SFT only", "fixed": "fixed SFT weight + GRPO", "red": "full RED (SFT + GRPO)"}
+RESULTS = ROOT / "bench" / "results"
+MANY_STEPS = "100000"  # the arms stop on wall time, not on a step count
+
+
+def recipe(arm: str) -> str:
+    return str(ROOT / "configs" / f"smol-ablation-{arm}.toml")
+
+
+def say(message: str) -> None:
+    print(time.strftime("%H:%M:%S"), message, flush=True)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.root = Path(args.root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.settings = StackSettings.load(recipe("sft"))
+        self.layout = Layout.for_run(self.root, self.settings)  # model, lookup index, demonstrations: shared
+        self.hotpot_index = ROOT / "runs" / "index" / "hotpotqa-bench"  # shared by every bench root
+        self.json = RESULTS / "ablation.json"
+        self.doc = json.loads(self.json.read_text()) if self.json.is_file() and not args.fresh else {}
+        self.doc.setdefault("runs", {})
+        self.doc["config"] = {
+            "train_s": args.train_s,
+            "segments": args.segments,
+            "warm_steps": args.warm_steps,
+            "hotpot": args.hotpot,
+            "hotpot_seeds": args.hotpot_seeds,
+            "eval_limit": self.settings.eval_limit,
+        }
+
+    # ---------------------------------------------------------------- pieces
+    def stack(self, arm: str, run: Path) -> LocalStack:
+        run.mkdir(parents=True, exist_ok=True)
+        layout = dataclasses.replace(self.layout, evals=run / "eval")
+        return LocalStack(recipe(arm), self.settings, run=run, layout=layout, say=say)
+
+    def trainer_env(self, seed: int, max_steps: str) -> dict[str, str]:
+        return {
+            "CODA_TRAINER_SFT_DATA": str(self.layout.sft),
+            "CODA_TRAINER_MAX_STEPS": max_steps,
+            "CODA_TRAINER_CHECKPOINT_EVERY": MANY_STEPS,
+            "CODA_TRAINER_SEED": str(seed),
+            "CODA_ROLLOUT_SEED": str(seed),
+        }
+
+    def evaluate(self, stack: LocalStack, sup: Supervisor, label: str, hotpot: bool = False) -> dict:
+        out = stack.layout.evals / label
+        started = time.time()
+        if not hotpot:
+            stack.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
+        else:
+            port = free_port()
+            retriever = sup.start(
+                stack.service(
+                    "retriever-hotpot",
+                    ["services.retriever", "serve"],
+                    port,
+                    CODA_RETRIEVER_INDEX_DIR=str(self.hotpot_index),
+                    CODA_RETRIEVER_PORT=str(port),
+                )
+            )
+            args = [
+                "services.rollout",
+                "eval",
+                "--dataset",
+                "bundled:hotpotqa",
+                "--split",
+                "all",
+                "--eval-output",
+                str(out),
+                "--eval-limit",
+                str(self.a.hotpot),
+            ]
+            stack.job(sup, f"eval-{label}", args, CODA_ROLLOUT_RETRIEVER_URL=stack.url(port))
+            sup.stop(retriever)
+        result = read_eval(out)
+        say(f"{label}: {result.headline()} ({time.time() - started:.0f}s)")
+        return {**result.metrics, "n": result.n, "failed": result.failed, "eval_s": round(time.time() - started, 1)}
+
+    def train_for(
+        self, stack: LocalStack, sup: Supervisor, arm: str, seed: int, seconds: float, max_steps: str = MANY_STEPS
+    ) -> float:
+        """Trainer (+ rollout for the RL arms) until ``seconds`` have passed or ``max_steps`` are done;
+        returns the seconds they ran (from the trainer's start to its exit, its checkpoint included)."""
+        env = self.trainer_env(seed, max_steps)
+        started = time.time()
+        trainer = sup.start(stack.trainer_service(**env))
+        rollout = None
+        if arm != "sft":
+            rollout = sup.start(stack.service("rollout", ["services.rollout", "serve"], stack.ports.rollout, **env))
+        while trainer.proc.poll() is None and time.time() - started < seconds:
+            for other in sup.services:
+                if other is not trainer and other.proc.poll() is not None:
+                    raise RuntimeError(f"{other.name} exited with {other.proc.returncode}:\n{other.tail()}")
+            time.sleep(0.5)
+        if rollout is not None:
+            sup.stop(rollout)
+        sup.stop(trainer)
+        if trainer.proc.returncode not in (0, None) and trainer.proc.returncode > 0:
+            raise RuntimeError(f"trainer exited with {trainer.proc.returncode}:\n{trainer.tail()}")
+        return time.time() - started
+
+    # ---------------------------------------------------------------- the warm start
+    def warm(self) -> Path:
+        folder = self.root / "warm"
+        done = folder / "done.json"
+        if done.is_file():
+            self.doc["warm"] = json.loads(done.read_text())
+            return folder / "checkpoints"
+        shutil.rmtree(folder, ignore_errors=True)
+        stack = self.stack("sft", folder)
+        with Supervisor(folder / "logs") as sup:
+            stack.prepare(sup)
+            if not self.hotpot_index.is_dir() and self.a.hotpot:
+                stack.job(
+                    sup,
+                    "index-hotpot",
+                    [
+                        "services.retriever",
+                        "build",
+                        "--corpus",
+                        "data/hotpotqa/corpus.jsonl",
+                        "--embeddings",
+                        "data/hotpotqa/corpus_emb_all-MiniLM-L6-v2_fp16.npy",
+                        "--out",
+                        str(self.hotpot_index),
+                    ],
+                )
+            stack.start_servers(sup)
+            stack.make_sft(sup)
+            seconds = self.train_for(stack, sup, "sft", 0, self.a.train_timeout_s, str(self.a.warm_steps))
+            rec = {
+                "steps": self.a.warm_steps,
+                "train_s": round(seconds, 1),
+                "lookup": self.evaluate(stack, sup, "warm"),
+            }
+            if self.a.hotpot:
+                rec["hotpot"] = self.evaluate(stack, sup, "warm-hotpot", hotpot=True)
+        done.write_text(json.dumps(rec))
+        self.doc["warm"] = rec
+        self.save()
+        return folder / "checkpoints"
+
+    # ---------------------------------------------------------------- one arm
+    def arm(self, arm: str, seed: int, warm: Path) -> dict:
+        run = self.root / f"seed{seed}-{arm}"
+        shutil.rmtree(run, ignore_errors=True)
+        start = checkpoint.latest(warm)
+        copy = run / "checkpoints" / start.name
+        shutil.copytree(start, copy)
+        for rng in copy.glob("rng-*.pt"):
+            rng.unlink()  # the arm's seed, not the warm start's RNG state
+        state = json.loads((copy / "state.json").read_text())
+        warm_step = state["step"]
+        state["covered"] = []  # stream ids of the warm start's own Redis
+        for key, empty in (("trained_groups", []), ("recent_groups", []), ("groups_trained", 0)):
+            if key in state:
+                state[key] = empty
+        (copy / "state.json").write_text(json.dumps(state))
+        stack = self.stack(arm, run)
+        rec: dict = {"arm": arm, "seed": seed, "started": time.strftime("%H:%M:%S"), "points": []}
+        total = 0.0
+        with Supervisor(run / "logs") as sup:
+            stack.start_servers(sup)
+            for k in range(self.a.segments):
+                total += self.train_for(stack, sup, arm, seed, self.a.train_s / self.a.segments)
+                step = json.loads((checkpoint.latest(run / "checkpoints") / "state.json").read_text())["step"]
+                point = {
+                    "train_s": round(total, 1),
+                    "steps": step - warm_step,
+                    "lookup": self.evaluate(stack, sup, f"seg{k + 1}"),
+                }
+                rec["points"].append(point)
+                say(
+                    f"seed {seed} {arm}: {point['steps']} steps in {total:.0f}s, lookup f1 "
+                    f"{point['lookup'].get('f1', float('nan')):.3f}"
+                )
+            if self.a.hotpot and (self.a.hotpot_seeds is None or seed in self.a.hotpot_seeds):
+                rec["hotpot"] = self.evaluate(stack, sup, "final-hotpot", hotpot=True)
+        rec.update(self.training_stats(run / "trainer" / "train.jsonl"))
+        rec["no_advantage_batches"] = no_advantage_batches(run / "logs" / "trainer.log")
+        return rec
+
+    @staticmethod
+    def training_stats(log_file: Path) -> dict:
+        """What the steps trained on: RL samples, demonstrations, the SFT weight, the rollouts' reward."""
+        rows = [r for r in read_log(log_file) if "step" in r]
+        rl = [r for r in rows if r.get("rl_tokens", 0) > 0]
+        rewards = [r["reward_mean"] for r in rows if "reward_mean" in r]
+        weights = [r["red/sft_loss_weight"] for r in rows if "red/sft_loss_weight" in r]
+        return {
+            "logged_steps": len(rows),
+            "rl_steps": len(rl),
+            "sft_steps": sum(1 for r in rows if r.get("sft_tokens", 0) > 0),
+            "reward_first": sum(rewards[:5]) / len(rewards[:5]) if rewards else None,
+            "reward_last": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
+            "sft_weight_mean": sum(weights) / len(weights) if weights else None,
+        }
+
+    # ---------------------------------------------------------------- all
+    def run(self) -> None:
+        warm = self.warm()
+        say(f"warm start: {self.doc['warm']}")
+        for i, seed in enumerate(self.a.seeds):
+            order = self.a.arms if i % 2 == 0 else list(reversed(self.a.arms))
+            for arm in order:
+                key = f"{arm}/{seed}"
+                if key in self.doc["runs"]:
+                    say(f"{key}: already measured")
+                    continue
+                say(f"{key}: training {self.a.train_s:.0f}s from the warm start")
+                self.doc["runs"][key] = self.arm(arm, seed, warm)
+                self.save()
+
+    def save(self) -> None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self.json.write_text(json.dumps(self.doc, indent=1))
+        write_report(self.doc, RESULTS / "ablation.md", RESULTS / "ablation.png")
+
+
+def no_advantage_batches(trainer_log: Path) -> int:
+    """Batches of rollouts the trainer left out because every group's rewards were equal (no step made)."""
+    if not trainer_log.is_file():
+        return 0
+    return trainer_log.read_text(errors="replace").count("no RL sample had an advantage")
+
+
+# -------------------------------------------------------------------- report
+def _fmt(x, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def write_report(doc: dict, md: Path, png: Path) -> None:
+    cfg, warm, runs = doc["config"], doc.get("warm", {}), doc["runs"]
+    lines = [
+        "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
+        "",
+        "Written by `bench/ablation.py` (raw numbers: `ablation.json`). One warm start (SFT only, "
+        f"{cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then {cfg['train_s']:.0f} s of "
+        f"training wall time per arm on this 2-core CPU machine, evaluated greedily on the lookup world's "
+        f"{cfg['eval_limit']} held-out questions "
+        + (f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end")
+        + f", and on the first "
+        f"{cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end"
+        + (f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else "")
+        + ".",
+        "",
+    ]
+    if warm:
+        w, h = warm["lookup"], warm.get("hotpot", {})
+        lines += [
+            f"Warm start ({warm['steps']} SFT steps, {warm['train_s']:.0f} s): lookup F1 {_fmt(w.get('f1'))}, "
+            f"EM {_fmt(w.get('em'))}, search_hit {_fmt(w.get('search_hit'))}; HotpotQA F1 "
+            f"{_fmt(h.get('f1'))}, EM {_fmt(h.get('em'))}.",
+            "",
+        ]
+    mid_col = cfg["segments"] > 1
+    lines += [
+        "| arm | seed | steps (with RL / with SFT) | batches without advantage | train s | lookup F1 | EM | search_hit |"
+        + (" F1 mid-way |" if mid_col else "")
+        + " HotpotQA F1 | EM | rollout reward, first → last 5 steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if mid_col else ""),
+    ]
+    for arm in ARMS:
+        for key in sorted(k for k in runs if k.startswith(arm + "/")):
+            r = runs[key]
+            end, h = r["points"][-1], r.get("hotpot", {})
+            mid = r["points"][0]["lookup"].get("f1") if len(r["points"]) > 1 else None
+            lines.append(
+                f"| {ARMS[arm]} | {r['seed']} | {end['steps']} ({r['rl_steps']} / {r['sft_steps']}) | "
+                f"{r.get('no_advantage_batches', '–')} | "
+                f"{end['train_s']:.0f} | {_fmt(end['lookup'].get('f1'))} | {_fmt(end['lookup'].get('em'))} | "
+                f"{_fmt(end['lookup'].get('search_hit'))} | "
+                + (f"{_fmt(mid)} | " if mid_col else "")
+                + f"{_fmt(h.get('f1'))} | "
+                f"{_fmt(h.get('em'))} | {_fmt(r.get('reward_first'), 2)} → {_fmt(r.get('reward_last'), 2)} |"
+            )
+    lines += [
+        "",
+        "Mean over seeds:",
+        "",
+        "| arm | seeds | lookup F1 | EM | search_hit | HotpotQA F1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in ARMS:
+        rs = [r for k, r in runs.items() if k.startswith(arm + "/")]
+        if not rs:
+            continue
+        ends = [r["points"][-1]["lookup"] for r in rs]
+        lines.append(
+            f"| {ARMS[arm]} | {len(rs)} | {_fmt(_mean([e.get('f1') for e in ends]))} | "
+            f"{_fmt(_mean([e.get('em') for e in ends]))} | {_fmt(_mean([e.get('search_hit') for e in ends]))} | "
+            f"{_fmt(_mean([r.get('hotpot', {}).get('f1') for r in rs]))} |"
+        )
+    lines += ["", "![held-out F1 against training wall time](ablation.png)", ""]
+    notes = doc.get("notes")
+    if notes:
+        lines += ["## Outcome", "", notes, ""]
+    md.write_text("\n".join(lines))
+    _plot(doc, png)
+
+
+def _plot(doc: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    warm = doc.get("warm", {}).get("lookup", {}).get("f1")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, arm in enumerate(ARMS):
+        rs = [r for k, r in doc["runs"].items() if k.startswith(arm + "/")]
+        if not rs:
+            continue
+        color = f"C{i}"
+        for r in rs:  # each seed, faint
+            xs = [0.0] + [p["train_s"] for p in r["points"]]
+            ys = [warm] + [p["lookup"].get("f1") for p in r["points"]]
+            ax.plot(xs, ys, color=color, alpha=0.3, marker=".", linewidth=1)
+        n = min(len(r["points"]) for r in rs)
+        xs = [0.0] + [_mean([r["points"][j]["train_s"] for r in rs]) for j in range(n)]
+        ys = [warm] + [_mean([r["points"][j]["lookup"].get("f1") for r in rs]) for j in range(n)]
+        ax.plot(xs, ys, color=color, marker="o", linewidth=2, label=f"{ARMS[arm]} (mean of {len(rs)})")
+    ax.set_xlabel("training wall time after the warm start (s, 2 CPU cores)")
+    ax.set_ylabel("held-out lookup F1 (greedy, 72 questions)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", default="runs/ablation", help="where the runs are written")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--warm-steps", type=int, default=7, help="SFT-only steps of the shared warm start")
+    p.add_argument("--train-s", type=float, default=240.0, help="training wall time per arm after the warm start")
+    p.add_argument("--segments", type=int, default=1, help="evals of the lookup questions during that time")
+    p.add_argument("--hotpot", type=int, default=20, help="HotpotQA questions evaluated at the end (0: none)")
+    p.add_argument(
+        "--hotpot-seeds",
+        nargs="+",
+        type=int,
+        default=None,
+        help="only the runs of these seeds get the HotpotQA eval (default: every run)",
+    )
+    p.add_argument("--train-timeout-s", type=float, default=900.0, help="limit of the warm start's training")
+    p.add_argument("--fresh", action="store_true", help="forget ablation.json's runs and measure them again")
+    p.add_argument("--report-only", action="store_true", help="rewrite ablation.md/png from ablation.json")
+    args = p.parse_args()
+    if args.report_only:
+        doc = json.loads((RESULTS / "ablation.json").read_text())
+        write_report(doc, RESULTS / "ablation.md", RESULTS / "ablation.png")
+        return
+    Bench(args).run()
+
+
+if __name__ == "__main__":
+    main()
