@@ -86,6 +86,7 @@ class LocalStack:
         # training instead of before it: the first step comes a whole eval sooner. Full fine-tuning reloads the
         # base weights at every publish, so its step-0 eval must finish first.
         self.eval_beside_training = trainer.finetune == "lora"
+        self.reads_rollouts = not trainer.sft_only  # an SFT-only recipe trains on demonstrations alone
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")
         self.ports = Ports.free()
@@ -438,7 +439,7 @@ class LocalStack:
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
                 self.say(f"training resumes from the checkpoint of step {resumed}")
             warm = self.warm_start(sup, sft)
-            self.train(sup, sft)
+            self.train(sup, sft, rollout=self.reads_rollouts)
             if beside is not None:
                 before = self.finish_eval(sup, beside, eval_started)
                 self.say(f"step-0 eval: {before.headline()}")
