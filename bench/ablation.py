@@ -45,7 +45,9 @@ from services.stack.train import LocalStack  # noqa: E402
 from services.trainer import checkpoint  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
 
-ARMS = {"grpo": "GRPO only", "sft": "SFT only", "fixed": "fixed SFT weight + GRPO", "red": "full RED (SFT + GRPO)"}
+sys.path.insert(0, str(ROOT / "bench"))
+from _ablation_report import ARMS, write_report  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # the arms stop on wall time, not on a step count
 
@@ -276,116 +278,6 @@ def no_advantage_batches(trainer_log: Path) -> int:
 
 
 # -------------------------------------------------------------------- report
-def _fmt(x, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def _mean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def write_report(doc: dict, md: Path, png: Path) -> None:
-    cfg, warm, runs = doc["config"], doc.get("warm", {}), doc["runs"]
-    lines = [
-        "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
-        "",
-        "Written by `bench/ablation.py` (raw numbers: `ablation.json`). One warm start (SFT only, "
-        f"{cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then {cfg['train_s']:.0f} s of "
-        f"training wall time per arm on this 2-core CPU machine, evaluated greedily on the lookup world's "
-        f"{cfg['eval_limit']} held-out questions "
-        + (f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end")
-        + f", and on the first "
-        f"{cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end"
-        + (f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else "")
-        + ".",
-        "",
-    ]
-    if warm:
-        w, h = warm["lookup"], warm.get("hotpot", {})
-        lines += [
-            f"Warm start ({warm['steps']} SFT steps, {warm['train_s']:.0f} s): lookup F1 {_fmt(w.get('f1'))}, "
-            f"EM {_fmt(w.get('em'))}, search_hit {_fmt(w.get('search_hit'))}; HotpotQA F1 "
-            f"{_fmt(h.get('f1'))}, EM {_fmt(h.get('em'))}.",
-            "",
-        ]
-    mid_col = cfg["segments"] > 1
-    lines += [
-        "| arm | seed | steps (with RL / with SFT) | batches without advantage | train s | lookup F1 | EM | search_hit |"
-        + (" F1 mid-way |" if mid_col else "")
-        + " HotpotQA F1 | EM | rollout reward, first → last 5 steps |",
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if mid_col else ""),
-    ]
-    for arm in ARMS:
-        for key in sorted(k for k in runs if k.startswith(arm + "/")):
-            r = runs[key]
-            end, h = r["points"][-1], r.get("hotpot", {})
-            mid = r["points"][0]["lookup"].get("f1") if len(r["points"]) > 1 else None
-            lines.append(
-                f"| {ARMS[arm]} | {r['seed']} | {end['steps']} ({r['rl_steps']} / {r['sft_steps']}) | "
-                f"{r.get('no_advantage_batches', '–')} | "
-                f"{end['train_s']:.0f} | {_fmt(end['lookup'].get('f1'))} | {_fmt(end['lookup'].get('em'))} | "
-                f"{_fmt(end['lookup'].get('search_hit'))} | "
-                + (f"{_fmt(mid)} | " if mid_col else "")
-                + f"{_fmt(h.get('f1'))} | "
-                f"{_fmt(h.get('em'))} | {_fmt(r.get('reward_first'), 2)} → {_fmt(r.get('reward_last'), 2)} |"
-            )
-    lines += [
-        "",
-        "Mean over seeds:",
-        "",
-        "| arm | seeds | lookup F1 | EM | search_hit | HotpotQA F1 |",
-        "|---|---|---|---|---|---|",
-    ]
-    for arm in ARMS:
-        rs = [r for k, r in runs.items() if k.startswith(arm + "/")]
-        if not rs:
-            continue
-        ends = [r["points"][-1]["lookup"] for r in rs]
-        lines.append(
-            f"| {ARMS[arm]} | {len(rs)} | {_fmt(_mean([e.get('f1') for e in ends]))} | "
-            f"{_fmt(_mean([e.get('em') for e in ends]))} | {_fmt(_mean([e.get('search_hit') for e in ends]))} | "
-            f"{_fmt(_mean([r.get('hotpot', {}).get('f1') for r in rs]))} |"
-        )
-    lines += ["", "![held-out F1 against training wall time](ablation.png)", ""]
-    notes = doc.get("notes")
-    if notes:
-        lines += ["## Outcome", "", notes, ""]
-    md.write_text("\n".join(lines))
-    _plot(doc, png)
-
-
-def _plot(doc: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    warm = doc.get("warm", {}).get("lookup", {}).get("f1")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, arm in enumerate(ARMS):
-        rs = [r for k, r in doc["runs"].items() if k.startswith(arm + "/")]
-        if not rs:
-            continue
-        color = f"C{i}"
-        for r in rs:  # each seed, faint
-            xs = [0.0] + [p["train_s"] for p in r["points"]]
-            ys = [warm] + [p["lookup"].get("f1") for p in r["points"]]
-            ax.plot(xs, ys, color=color, alpha=0.3, marker=".", linewidth=1)
-        n = min(len(r["points"]) for r in rs)
-        xs = [0.0] + [_mean([r["points"][j]["train_s"] for r in rs]) for j in range(n)]
-        ys = [warm] + [_mean([r["points"][j]["lookup"].get("f1") for r in rs]) for j in range(n)]
-        ax.plot(xs, ys, color=color, marker="o", linewidth=2, label=f"{ARMS[arm]} (mean of {len(rs)})")
-    ax.set_xlabel("training wall time after the warm start (s, 2 CPU cores)")
-    ax.set_ylabel("held-out lookup F1 (greedy, 72 questions)")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", default="runs/ablation", help="where the runs are written")

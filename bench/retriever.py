@@ -36,6 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT / "data" / "hotpotqa"
+BASELINE = Path(__file__).resolve().parent / "_retriever_baseline.py"  # the thread-per-request peer server
 
 
 def pct(values, q) -> float:
@@ -99,75 +100,6 @@ def build(corpus: Path, emb: Path, out: Path) -> float:
     return time.perf_counter() - start
 
 
-# ---------------------------------------------------------------- 1. bm25s vs rank-bm25
-
-
-def sparse_libraries(index_dir: Path, corpus: Path, queries: list[str], n_rank: int) -> list[str]:
-    from rank_bm25 import BM25Okapi
-
-    from services.retriever.sparse import SparseIndex
-
-    sparse = SparseIndex.load(index_dir, mmap=False)
-    texts = [json.loads(line)["contents"] for line in (index_dir / "corpus.jsonl").read_text().splitlines()]
-    doc_tokens = sparse.tokenize(texts)
-    query_tokens = [t for t in sparse.tokenize(queries[:n_rank]) if t]
-    start = time.perf_counter()
-    okapi = BM25Okapi(doc_tokens, k1=1.5, b=0.75)
-    okapi_build = time.perf_counter() - start
-
-    def rank_one(tokens):
-        scores = okapi.get_scores(tokens)
-        return np.argpartition(-scores, 10)[:10]
-
-    def bm25s_one(tokens):
-        return sparse.retriever.retrieve([tokens], k=10, show_progress=False)
-
-    # Interleaved (each query on both libraries in turn), so load from other processes hits both alike.
-    per: dict[str, list[float]] = {"bm25s": [], "rank-bm25": []}
-    for tokens in query_tokens:
-        for name, fn in (("bm25s", bm25s_one), ("rank-bm25", rank_one)):
-            t = time.perf_counter()
-            fn(tokens)
-            per[name].append(time.perf_counter() - t)
-    rows = [lat_row(name, lat, len(lat) / sum(lat), f"{len(lat)} queries, one at a time") for name, lat in per.items()]
-    t = time.perf_counter()
-    sparse.retriever.retrieve(sparse.tokenize(queries), k=10, show_progress=False)
-    batch = len(queries) / (time.perf_counter() - t)
-    ratio = np.median(per["rank-bm25"]) / np.median(per["bm25s"])
-    rows.append(f"| bm25s, one batch of {len(queries)} (tokenising included) | | | {batch:,.0f} | |")
-    rows.append(
-        f"| **rank-bm25 / bm25s (median latency)** | | | | **{ratio:,.0f}×** (rank-bm25 index build "
-        f"{okapi_build:.1f} s) |"
-    )
-    return rows
-
-
-# ---------------------------------------------------------------- 2. dense vs sparse vs hybrid
-
-
-def modes(index_dir: Path, queries: list[str], threads: int) -> list[str]:
-    from services.retriever.config import RetrieverSettings
-    from services.retriever.engine import load_retriever
-
-    retriever = load_retriever(RetrieverSettings.load(index_dir=str(index_dir), cpu_threads=threads))
-    retriever.search(queries[:8], 3, "hybrid")  # warm up
-    batch, singles = queries[:512], queries[512:576]
-    latencies: dict[str, list[float]] = {mode: [] for mode in ("dense", "sparse", "hybrid")}
-    for q in singles:  # interleaved: each query in every mode in turn
-        for mode, lat in latencies.items():
-            t = time.perf_counter()
-            retriever.search([q], 3, mode)
-            lat.append(time.perf_counter() - t)
-    rows = []
-    for mode, lat in latencies.items():
-        t = time.perf_counter()
-        retriever.search(batch, 3, mode)
-        throughput = len(batch) / (time.perf_counter() - t)
-        rows.append(lat_row(mode, lat, throughput, f"p50/p99: {len(lat)} single queries; q/s: one batch of 512"))
-    retriever.close()
-    return rows
-
-
 def _wait_ready(url: str, server: subprocess.Popen) -> None:
     import httpx
 
@@ -185,63 +117,6 @@ def _wait_ready(url: str, server: subprocess.Popen) -> None:
 
 
 # ---------------------------------------------------------------- 4. fair comparison with a thread-per-request baseline
-
-
-def baseline_serve(index_dir: Path, port: int) -> None:
-    """The baseline server: Search-R1's retrieval_server.py design (encode + search per request, thread pool)."""
-    import faiss
-    import torch
-    import uvicorn
-    from fastapi import FastAPI
-    from pydantic import BaseModel
-    from transformers import AutoModel, AutoTokenizer
-
-    from services.retriever.encoder import resolve_model_path
-
-    manifest = json.loads((index_dir / "manifest.json").read_text())
-    path = resolve_model_path(manifest["encoder"]["name"])
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).eval()
-    index = faiss.read_index(str(index_dir / "dense.faiss"))
-    corpus = [json.loads(line) for line in (index_dir / "corpus.jsonl").read_text().splitlines()]
-
-    @torch.no_grad()
-    def encode(queries: list[str]) -> np.ndarray:
-        inputs = tokenizer(queries, max_length=256, padding=True, truncation=True, return_tensors="pt")
-        hidden = model(**inputs, return_dict=True).last_hidden_state
-        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
-        return emb.numpy().astype(np.float32, order="C")
-
-    class QueryRequest(BaseModel):
-        queries: list[str]
-        topk: int | None = None
-        return_scores: bool = False
-
-    app = FastAPI()
-
-    def retrieve(request: QueryRequest):  # a plain def: FastAPI runs it in its thread pool, one per request
-        k = request.topk or 3
-        scores, ids = index.search(encode(request.queries), k)
-        result = []
-        for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True):
-            docs = [corpus[i] for i in row_ids]
-            result.append(
-                [{"document": d, "score": s} for d, s in zip(docs, row_scores, strict=True)]
-                if request.return_scores
-                else docs
-            )
-        return {"result": result}
-
-    retrieve.__annotations__["request"] = QueryRequest  # a local class: postponed annotations cannot find it
-    app.post("/retrieve")(retrieve)
-
-    @app.get("/health")
-    def health():
-        return {"status": "ok"}
-
-    encode(["warm-up"])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 SETTINGS = ((1, 1, 40), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
@@ -319,7 +194,7 @@ def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_thr
     ]
     if cpu_threads:
         ours_cmd += ["--cpu-threads", str(cpu_threads)]
-    base_cmd = [sys.executable, __file__, "baseline-serve", "--index", str(index_dir), "--port", str(ports["baseline"])]
+    base_cmd = [sys.executable, str(BASELINE), "--index", str(index_dir), "--port", str(ports["baseline"])]
     servers = {"ours": _start(ours_cmd, urls["ours"]), "baseline": _start(base_cmd, urls["baseline"])}
     runs: dict = {}
     try:
@@ -393,14 +268,8 @@ def section(title: str, header: str, rows: list[str]) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "baseline-serve":
-        sub = argparse.ArgumentParser()
-        sub.add_argument("cmd")
-        sub.add_argument("--index", type=Path, required=True)
-        sub.add_argument("--port", type=int, required=True)
-        a = sub.parse_args()
-        baseline_serve(a.index, a.port)
-        return
+    from _retriever_libraries import libraries  # its sections import this module's helpers
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the interleaved comparison")
     parser.add_argument(
@@ -472,35 +341,6 @@ def main() -> None:
         ),
     )
     print(f"wrote {args.out} and {args.peers}")
-
-
-def libraries(args, work: Path) -> list[str]:
-    lines = []
-    corpora = [
-        ("bundled HotpotQA, 6,785 docs", *bundled()),
-        (f"synthetic, {args.docs:,} docs", *synthetic(args.docs, work)),
-    ]
-    for name, corpus, emb, queries in corpora:
-        print(f"== {name}", flush=True)
-        index_dir = work / re.sub(r"\W+", "-", name)
-        build_s = build(corpus, emb, index_dir)
-        queries = distinct(queries, 4096)
-        lines += [f"### {name} (index build {build_s:.1f} s from precomputed vectors)", ""]
-        lines.append(
-            section(
-                "bm25s vs rank-bm25 (same tokens, top-10)",
-                "| library | p50 ms | p99 ms | q/s | |",
-                sparse_libraries(index_dir, corpus, queries, args.rank_queries),
-            )
-        )
-        lines.append(
-            section(
-                "dense vs sparse vs hybrid (in-process engine, encode included)",
-                "| mode | p50 ms | p99 ms | q/s | |",
-                modes(index_dir, queries, args.threads),
-            )
-        )
-    return lines
 
 
 if __name__ == "__main__":
