@@ -18,6 +18,7 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -266,6 +267,9 @@ class LocalStack(StackProcesses):
                     f"first step done {first_step[0] - self.started:.0f}s after the start "
                     f"({first_step[0] - start:.0f}s after the trainer started)"
                 )
+            if budget:  # the budget ends this run, not max_steps: say how much of it is left
+                left = max(0.0, budget - (time.time() - start)) / 60
+                line = re.sub(r"  ETA \S+", f"  budget left {left:.1f} min", line)
             self.status(line)
 
         budget = self.settings.train_budget_s if budget else None
