@@ -174,7 +174,8 @@ class LocalStack(StackProcesses):
         service.one_shot = True
         return sup.start(service)
 
-    def finish_eval(self, sup: Supervisor, service: Service, started: float) -> EvalResult:
+    def finish_eval(self, sup: Supervisor, service: Service) -> EvalResult:
+        finished_during_training = service.proc is not None and service.proc.poll() is not None
         code = sup.wait_for(
             service,
             timeout_s=self.settings.train_timeout_s,
@@ -184,8 +185,11 @@ class LocalStack(StackProcesses):
         if code != 0:
             raise RuntimeError(f"eval-step0 failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
-        self.say(f"eval-step0 done in {time.time() - started:.0f}s (beside training)")
-        return read_eval(self.layout.evals / "step0")
+        result = read_eval(self.layout.evals / "step0")
+        # Its own duration is in its result file's time; here only whether training had to wait for it.
+        waited = "it had finished during training" if finished_during_training else "training waited for it"
+        self.say(f"eval-step0 done beside training ({waited})")
+        return result
 
     def start_training(
         self,
@@ -308,7 +312,7 @@ class LocalStack(StackProcesses):
             sft, before = self.prepare_all(sup)
             beside = None
             if before is None:
-                beside, eval_started = self.start_base_eval(sup), time.time()
+                beside = self.start_base_eval(sup)
             else:
                 self.say(f"step-0 eval: {before.headline()}")
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
@@ -316,7 +320,7 @@ class LocalStack(StackProcesses):
             warm = self.warm_start(sup, sft)
             self.train(sup, sft, rollout=self.reads_rollouts)
             if beside is not None:
-                before = self.finish_eval(sup, beside, eval_started)
+                before = self.finish_eval(sup, beside)
                 self.say(f"step-0 eval: {before.headline()}")
             after = self.evaluate(sup, "final")
         runs.mark_finished(self.run)
