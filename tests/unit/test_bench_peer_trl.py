@@ -73,3 +73,15 @@ def test_only_the_grpo_section_of_peers_md_is_rewritten(bench, tmp_path):
     text = peers.read_text()
     assert "keep me" in text and "second" in text and "first" not in text
     assert text.count(bench.MARKER) == 1
+
+
+def test_a_machine_wide_stall_is_named_beside_the_numbers_and_a_rescore_gives_the_same(bench, tmp_path):
+    times = [10.0, 12.0, 14.0, 16.0, 216.0, 218.0, 220.0]  # step 5 waited 200 s on a frozen machine
+    steps = [{"step": i + 1, "time": t, "reward": 0.6, "samples": 32} for i, t in enumerate(times)]
+    run = bench.Run("trl", 1)
+    bench.score(run, start=0.0, end=230.0, steps=steps)
+    assert [n for n in run.notes if n.startswith("stall:")] == ["stall: step 5 took 200s (median step 2.0s)"]
+    assert run.s_per_step == 35.0  # kept in the metric, not trimmed
+    again = bench.Run(**bench.asdict(run))
+    bench.score(again, again.start, again.start + again.wall_s, again.records)
+    assert again == run  # --rescore recomputes from what was saved, without doubling the notes
