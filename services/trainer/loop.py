@@ -238,6 +238,16 @@ class Trainer:
             out["sft_entropy"] if sft_seqs else None,
             self.red_cfg.ema_decay,
         )
+        if not self._finish_step(out, cursor) and self.rank0:
+            self.publisher.mark(st.version, self._consumed())
+        if self.rank0:
+            rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
+            rec["skipped_zero_advantage"] = skipped
+            self.observer.record(rec)
+
+    def _finish_step(self, out: dict, cursor: int) -> bool:
+        """Count a trained step, then checkpoint and publish on their schedules; returns whether it published."""
+        s, st = self.s, self.state
         st.step += 1
         st.tokens += int(out["tokens"])
         st.sft_cursor = cursor
@@ -249,12 +259,7 @@ class Trainer:
             self._checkpoint()
         if publish:
             self._publish(announce=True)
-        elif self.rank0:
-            self.publisher.mark(st.version, self._consumed())
-        if self.rank0:
-            rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
-            rec["skipped_zero_advantage"] = skipped
-            self.observer.record(rec)
+        return publish
 
     def _train_sft_only(self) -> None:
         """One step on the next ``sft_batch`` demonstrations alone (``sft_only``): no groups are read."""
@@ -265,17 +270,7 @@ class Trainer:
             self.eng, StepInput([], sft_seqs, s.sft_coef), self.objective, self.ref, s.micro_batch_tokens, s.packing
         )
         self.red.observe(None, out["sft_entropy"], self.red_cfg.ema_decay)
-        st.step += 1
-        st.tokens += int(out["tokens"])
-        st.sft_cursor = cursor
-        st.red = self.red.to_dict()
-        publish = st.step % s.publish_every == 0
-        if publish:
-            st.version += 1
-        if st.step % s.checkpoint_every == 0:
-            self._checkpoint()
-        if publish:
-            self._publish(announce=True)
+        self._finish_step(out, cursor)
         if self.rank0:
             seconds = time.perf_counter() - start
             self.observer.record(
