@@ -61,6 +61,7 @@ async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> Executor
         invalid_message=INVALID_SEARCH_ACTION,
         budget=ctx.budget("executor"),
         forced_final=True,
+        env_frame=ctx.env_frame,
     )
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
     return ExecutorResult(traj, outcome.answer or "", queries, retrieved)
@@ -88,6 +89,7 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
         invalid_message=INVALID_PLANNER_ACTION,
         budget=ctx.budget("planner"),
         forced_final=True,
+        env_frame=ctx.env_frame,
     )
     outcome = await run_turns(planner, ctx.policy, ctx.tok, spec, act)
     episode.answer = outcome.answer

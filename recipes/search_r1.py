@@ -21,7 +21,12 @@ from recipes.rewards.result import RewardResult
 
 
 def flat_spec(ctx: AgentContext, role: str) -> RoleSpec:
-    return RoleSpec(actions=("search", "answer"), invalid_message=INVALID_SEARCH_ACTION, budget=ctx.budget(role))
+    return RoleSpec(
+        actions=("search", "answer"),
+        invalid_message=INVALID_SEARCH_ACTION,
+        budget=ctx.budget(role),
+        env_frame=ctx.env_frame,
+    )
 
 
 async def run_search_r1(ctx: AgentContext, record: PromptRecord) -> Episode:

@@ -71,7 +71,7 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
             content = json.dumps({"ids": [d.id for d in docs], "documents": [d.contents for d in docs]})
         marker = "\x00"  # the content is the only truncatable part of the rendered tool turn
         before, _, after = ctx.tok.tool_turn(marker).partition(marker)
-        return Observation(content=content, before=before, after=after, tag="tool_response")
+        return Observation(content=content, before=before, after=after, tag="tool_response", own_turn=True)
 
     spec = RoleSpec(
         actions=("search",),
@@ -82,6 +82,7 @@ async def run_tool_agent(ctx: AgentContext, record: PromptRecord) -> Episode:
         answer_on_eos=final_reply,
         final_message=FINAL_REPLY_NUDGE,
         final_stop=(TOOL_CALL_CLOSE,),
+        env_frame=ctx.env_frame,  # its messages (invalid call, nudge); tool results are tool turns already
     )
     outcome = await run_turns(traj, ctx.policy, ctx.tok, spec, act)
     return Episode(

@@ -43,7 +43,7 @@ PIPELINE_KEYS = (
     "weights_stream",
     "version_key",
 )
-SHARED_KEYS = frozenset({"model", "served_model_name", "system_prompt", *PIPELINE_KEYS})
+SHARED_KEYS = frozenset({"model", "served_model_name", "system_prompt", "env_turn", *PIPELINE_KEYS})
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 

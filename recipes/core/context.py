@@ -38,6 +38,7 @@ class AgentContext:
     topk: int = 3
     searcher_max_turns: int | None = None
     stop: tuple[str, ...] = ()  # extra stop strings (single-turn)
+    env_frame: tuple[str, str] = ("", "")  # around environment text (``[rollout] env_turn``); inline by default
 
     def budget(self, role: str) -> Budget:
         return self.budgets.get(role, Budget())

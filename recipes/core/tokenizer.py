@@ -21,7 +21,7 @@ class TokenizerLike(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
     def render(self, messages: Messages) -> list[int]: ...
-    def tool_turn(self, content: str) -> str: ...
+    def tool_turn(self, content: str, role: str = "tool") -> str: ...
 
 
 def with_system(messages: Messages, system_prompt: str | None) -> Messages:
@@ -38,6 +38,28 @@ def plain_render(messages: Messages) -> str:
 
 
 PLAIN_TOOL_TURN = "\n<tool_response>\n{content}\n</tool_response>\n"
+PLAIN_USER_TURN = "\n\nUser: {content}\nAssistant: "  # plain_render's layout, for a model with no template
+
+# Where environment text (observations, the invalid-action message, the final-answer nudge) goes: ``inline`` in
+# the assistant's own turn (Search-R1's convention), or as a separate ``user``/``tool`` turn rendered by the
+# model's chat template. An instruct model reads inline text as its own words and may continue it.
+ENV_TURNS = ("inline", "user", "tool")
+
+
+def plain_turn(content: str, role: str) -> str:
+    return (PLAIN_USER_TURN if role == "user" else PLAIN_TOOL_TURN).format(content=content)
+
+
+def env_frame(tok: TokenizerLike, env_turn: str) -> tuple[str, str]:
+    """``(before, after)`` put around environment text for ``env_turn``: nothing for ``inline``; else what ends the
+    assistant's turn and opens one of that role, and what closes it and opens the assistant's next turn."""
+    if env_turn not in ENV_TURNS:
+        raise ValueError(f"env_turn must be one of {', '.join(ENV_TURNS)}, not {env_turn!r}")
+    if env_turn == "inline":
+        return "", ""
+    marker = "\x00"
+    before, _, after = tok.tool_turn(marker, role=env_turn).partition(marker)
+    return before, after
 
 
 class CharTokenizer:
@@ -56,8 +78,8 @@ class CharTokenizer:
     def render(self, messages: Messages) -> list[int]:
         return self.encode(plain_render(messages))
 
-    def tool_turn(self, content: str) -> str:
-        return PLAIN_TOOL_TURN.format(content=content)
+    def tool_turn(self, content: str, role: str = "tool") -> str:
+        return plain_turn(content, role)
 
 
 class HFTokenizer:
@@ -116,18 +138,19 @@ class HFTokenizer:
             self._rendered[key] = ids
         return list(ids)
 
-    def tool_turn(self, content: str) -> str:
-        """The text that closes an assistant turn that stopped at ``</tool_call>`` and opens the next one
-        after a tool result, as the chat template renders it (plain tags without a template)."""
+    def tool_turn(self, content: str, role: str = "tool") -> str:
+        """The text that closes an assistant turn that stopped mid-turn (at ``</tool_call>``, ``</search>``),
+        holds ``content`` as a turn of ``role`` and opens the assistant's next turn, as the chat template
+        renders it (plain layout without a template)."""
         if not self.has_template:
-            return PLAIN_TOOL_TURN.format(content=content)
+            return plain_turn(content, role)
         marker = "\x00CALL\x00"
         convo = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
         text = self.tok.apply_chat_template(
-            [*convo, {"role": "tool", "content": content}], add_generation_prompt=True, tokenize=False
+            [*convo, {"role": role, "content": content}], add_generation_prompt=True, tokenize=False
         )
         cut = text.rfind(marker)
-        return text[cut + len(marker) :] if cut >= 0 else PLAIN_TOOL_TURN.format(content=content)
+        return text[cut + len(marker) :] if cut >= 0 else plain_turn(content, role)
 
 
 def load_tokenizer(spec: str, system_prompt: str | None = None) -> TokenizerLike:

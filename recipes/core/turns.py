@@ -9,7 +9,8 @@ Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
 - ``answer`` ends the episode. No valid action → the role's invalid-action message is appended (masked),
   unless the model ended its turn with EOS, which ends the episode without an answer.
 - Observations are wrapped (``recipes.prompts.OBSERVATION_WRAP``) and their content truncated to
-  ``max_obs_tokens``; the wrapper tags always stay intact.
+  ``max_obs_tokens``; the wrapper tags always stay intact. A role's ``env_frame`` puts all environment text in a
+  chat turn of its own (``[rollout] env_turn``; ``recipes.core.tokenizer.env_frame``), else it stays inline.
 - Each role has its own turn budget. When it runs out, one forced final turn asks for the answer (only
   ``</answer>`` stops it, nothing is executed), as Search-R1 does.
 - The context never grows past ``max_context_tokens`` (nothing is left-truncated: that would break
@@ -55,6 +56,7 @@ class Observation:
     before: str = ""
     after: str = ""
     tag: str | None = None
+    own_turn: bool = False  # already rendered as a chat turn (a tool agent's tool result): never framed again
 
     @classmethod
     def wrapped(cls, tag: str, content: str) -> Observation:
@@ -86,6 +88,7 @@ class RoleSpec:
     answer_on_eos: Callable[[str], str | None] | None = None  # e.g. a tool agent's plain final reply
     final_message: str = FINAL_ANSWER_NUDGE  # appended before the forced final turn
     final_stop: tuple[str, ...] = (close_tag("answer"),)
+    env_frame: tuple[str, str] = ("", "")  # around environment text: inline by default (``env_frame``)
 
     @property
     def stop_strings(self) -> list[str]:
@@ -113,7 +116,11 @@ def encode_observation(tok: TokenizerLike, obs: Observation, max_obs_tokens: int
     return ids, obs.before + content + obs.after, content
 
 
-def append_observation(traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget) -> None:
+def append_observation(
+    traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget, frame: tuple[str, str] = ("", "")
+) -> None:
+    if not obs.own_turn and frame != ("", ""):
+        obs = Observation(obs.content, frame[0] + obs.before, obs.after + frame[1], obs.tag, own_turn=True)
     ids, text, content = encode_observation(tok, obs, budget.max_obs_tokens)
     traj.add_observation(ids, text, tag=obs.tag, content=content)
 
@@ -148,10 +155,10 @@ async def run_turns(
                 outcome.answer = spec.answer_on_eos(gen.text) if spec.answer_on_eos else None
                 return outcome
             outcome.invalid_turns += 1
-            append_observation(traj, tok, Observation(spec.invalid_message), budget)
+            append_observation(traj, tok, Observation(spec.invalid_message), budget, spec.env_frame)
             continue
         outcome.actions += actions
-        append_observation(traj, tok, await act(actions), budget)
+        append_observation(traj, tok, await act(actions), budget, spec.env_frame)
     if spec.forced_final:
         await _forced_final(traj, llm, tok, spec, outcome)
     traj.finish_reason = "budget"
@@ -162,7 +169,7 @@ async def _forced_final(
     traj: TokenTrajectory, llm: Generator, tok: TokenizerLike, spec: RoleSpec, outcome: TurnOutcome
 ) -> None:
     """One last turn in which only an answer counts; nothing it asks for is executed."""
-    append_observation(traj, tok, Observation(spec.final_message), spec.budget)
+    append_observation(traj, tok, Observation(spec.final_message), spec.budget, spec.env_frame)
     room = spec.budget.max_context_tokens - len(traj.ids)
     if room <= 0:
         return

@@ -18,6 +18,7 @@ class RolloutSettings(ServiceSettings):
         "model": "tokenizer",
         "served_model_name": "model_name",
         "system_prompt": "system_prompt",
+        "env_turn": "env_turn",
         **{k: k for k in PIPELINE_KEYS},
     }
 
@@ -109,6 +110,11 @@ class RolloutSettings(ServiceSettings):
         None,
         description="A system turn before every prompt that has none ('' for an empty one; none: the chat template "
         "decides, and SmolLM2's adds its own 16-token default)",
+    )
+    env_turn: Literal["inline", "user", "tool"] = Field(
+        "inline",
+        description="Where observations and environment messages go: inline in the assistant's turn (Search-R1), "
+        "or as a user/tool turn rendered by the chat template (set it in [shared] so make-sft's demonstrations match)",
     )
 
     # ------------------------------------------------------------ rewards

@@ -12,7 +12,7 @@ from recipes.core.batching import BatchingRetriever
 from recipes.core.context import AgentContext
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from recipes.core.searcher_client import AsyncSearcherClient
-from recipes.core.tokenizer import TokenizerLike, load_tokenizer
+from recipes.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
 from services.rollout.config import RolloutSettings
 from shared.inference_client import InferenceClient
 from shared.retriever_client import AsyncRetrieverClient
@@ -60,8 +60,9 @@ async def agent_context(
     frozen = FrozenGenerator(
         llm, settings.frozen_model_name or settings.model_name, Sampling(settings.frozen_temperature, 1.0)
     )
+    tok = tok or load_tokenizer(settings.tokenizer, settings.system_prompt)
     ctx = AgentContext(
-        tok=tok or load_tokenizer(settings.tokenizer, settings.system_prompt),
+        tok=tok,
         policy=PolicyGenerator(llm, state, sampling),
         retriever=retriever,
         frozen=frozen,
@@ -70,6 +71,7 @@ async def agent_context(
         topk=settings.topk,
         searcher_max_turns=settings.searcher_max_turns,
         stop=tuple(settings.stop),
+        env_frame=env_frame(tok, settings.env_turn),
     )
     try:
         yield ctx

@@ -14,7 +14,7 @@ class StackSettings(ServiceSettings):
 
     model_config = service_config("CODA_STACK_")
     toml_section: ClassVar[str] = "stack"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "system_prompt": "system_prompt"}
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "system_prompt": "system_prompt", "env_turn": "env_turn"}
 
     run_root: str = Field(
         "runs/train",
@@ -54,6 +54,9 @@ class StackSettings(ServiceSettings):
     sft: bool = Field(True, description="Build demonstrations (make-sft) for RED / SFT co-training")
     system_prompt: str | None = Field(
         None, description="The system turn of the demonstrations' prompts: set it in [shared] so the rollout's match"
+    )
+    env_turn: Literal["inline", "user", "tool"] = Field(
+        "inline", description="Where the demonstrations' observations go: set it in [shared] so the rollout's match"
     )
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")

@@ -68,6 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="system turn of every prompt (as the rollout's [rollout] system_prompt; default: the template's)",
     )
     p.add_argument(
+        "--env-turn",
+        choices=["inline", "user", "tool"],
+        default="inline",
+        help="where observations go (as the rollout's [rollout] env_turn): inline, or a user/tool chat turn",
+    )
+    p.add_argument(
         "--split",
         default="all",
         help="all, or the rollout's hashed train/eval half of --qa (then --qa may be bundled:NAME)",
@@ -103,9 +109,16 @@ def _thought(text: str, think: bool) -> str:
     return f"<think> {text} </think>\n" if think else ""
 
 
-def demonstration(tok, question: str, gold: str, docs_text: str, think: bool = True) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask of one flat search demonstration (layout in the module docstring)."""
+NO_FRAME = ("", "")
+
+
+def demonstration(
+    tok, question: str, gold: str, docs_text: str, think: bool = True, frame: tuple[str, str] = NO_FRAME
+) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of one flat search demonstration (layout in the module docstring); ``frame``
+    goes around the observation as the rollout's ``env_turn`` puts it (``recipes.core.tokenizer.env_frame``)."""
     before, after = OBSERVATION_WRAP["information"]
+    before, after = frame[0] + before, after + frame[1]
     return _assemble(
         tok,
         [
@@ -127,11 +140,23 @@ def evidence(passages: list[str], gold: str) -> str:
 
 
 def coda_demonstrations(
-    tok, question: str, gold: str, docs_text: str, passages: list[str], think: bool = True
+    tok,
+    question: str,
+    gold: str,
+    docs_text: str,
+    passages: list[str],
+    think: bool = True,
+    frame: tuple[str, str] = NO_FRAME,
 ) -> list[tuple[str, list[int], list[int]]]:
     """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
     d_before, d_after = OBSERVATION_WRAP["documents"]
     r_before, r_after = OBSERVATION_WRAP["result"]
+    d_before, d_after, r_before, r_after = (
+        frame[0] + d_before,
+        d_after + frame[1],
+        frame[0] + r_before,
+        r_after + frame[1],
+    )
     executor = _assemble(
         tok,
         [
@@ -159,7 +184,14 @@ def coda_demonstrations(
 
 
 def build(
-    rows: list[dict], tok, retriever, topk: int, keep_unsupported: bool = False, fmt: str = "search", think: bool = True
+    rows: list[dict],
+    tok,
+    retriever,
+    topk: int,
+    keep_unsupported: bool = False,
+    fmt: str = "search",
+    think: bool = True,
+    frame: tuple[str, str] = NO_FRAME,
 ) -> list[dict]:
     """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
     results = retriever.retrieve([r["question"] for r in rows], topk=topk)
@@ -171,9 +203,9 @@ def build(
         if not keep_unsupported and not supported(docs_text, golds, [d.title.strip('"') for d in docs], supporting):
             continue
         if fmt == "coda":
-            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs], think)
+            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs], think, frame)
         else:
-            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text, think))]
+            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text, think, frame))]
         for role, ids, mask in demos:
             out.append(
                 {
@@ -205,15 +237,16 @@ def qa_rows(source: str, split: str = "all") -> list[dict]:
 
 def run(args: argparse.Namespace) -> str:
     """Write the demonstrations; returns the one-line summary the command prints."""
-    from recipes.core.tokenizer import HFTokenizer
+    from recipes.core.tokenizer import HFTokenizer, env_frame
     from shared.retriever_client import RetrieverClient
 
     rows = qa_rows(str(args.qa), args.split)
     if args.limit:
         rows = rows[: args.limit]
     tok = HFTokenizer(args.model, args.system_prompt)
+    frame = env_frame(tok, args.env_turn)
     with RetrieverClient(args.retriever_url) as retriever:
-        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, args.think)
+        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, args.think, frame)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))

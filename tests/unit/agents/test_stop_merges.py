@@ -12,10 +12,10 @@ import pytest
 
 from recipes import run_episode
 from recipes.core.llm import Generation, whole_tokens
-from recipes.core.tokenizer import PLAIN_TOOL_TURN, plain_render
+from recipes.core.tokenizer import plain_render, plain_turn
 from recipes.datasets import PromptRecord
 from recipes.prompts import PLANNER_SYSTEM
-from tests.unit.agents.helpers import make_ctx
+from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 
 EOS = "<|eos|>"
 CORPUS = [
@@ -53,35 +53,8 @@ class BPETokenizer:
     def render(self, messages) -> list[int]:
         return self.encode(plain_render(messages))
 
-    def tool_turn(self, content: str) -> str:
-        return PLAIN_TOOL_TURN.format(content=content)
-
-
-class VLLMLikeGenerator:
-    """Samples a scripted reply token by token and stops the way vLLM does: at the first stop string in the
-    decoded text (``include_stop_str_in_output``: the text is cut right after it; the ids keep the whole token
-    that completed it), else at EOS (kept in the ids, not in the text)."""
-
-    def __init__(self, tok: BPETokenizer, script) -> None:
-        self.tok, self.script, self.calls = tok, script, []
-
-    async def generate(self, prompt_ids, *, stop, max_tokens):
-        reply = self.tok.encode(self.script(self.tok.decode(list(prompt_ids))))
-        ids: list[int] = []
-        for token in reply[:max_tokens]:
-            ids.append(token)
-            text = self.tok.decode(ids)
-            hits = [(text.find(s), s) for s in stop if s in text]
-            if hits:
-                index, string = min(hits)
-                return self._done(ids, text[: index + len(string)], "stop", string)
-        if len(ids) == max_tokens:
-            return self._done(ids, self.tok.decode(ids), "length", None)
-        return self._done([*ids, self.tok.eos_token_id], self.tok.decode(ids), "stop", None)
-
-    def _done(self, ids, text, finish, reason) -> Generation:
-        self.calls.append(ids)
-        return Generation(list(ids), [-0.1] * len(ids), text, finish, reason, 3)
+    def tool_turn(self, content: str, role: str = "tool") -> str:
+        return plain_turn(content, role)
 
 
 def coda_script(prompt: str) -> str:
