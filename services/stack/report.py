@@ -48,6 +48,16 @@ def read_log(log_file: Path) -> list[dict]:
     return rows
 
 
+def step_time(log_file: Path, index: int) -> float | None:
+    """When the ``index``-th logged step (0-based) finished, as the trainer recorded it; None before it is
+    logged (its record's ``time``, else now: the record was just seen)."""
+    rows = read_log(log_file)
+    if len(rows) <= index:
+        return None
+    landed = rows[index].get("time")
+    return float(landed) if isinstance(landed, int | float) else time.time()
+
+
 def _window_mean(rows: list[dict], key: str, first: bool, width: int = 5) -> float | None:
     values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
     if not values:

@@ -61,7 +61,9 @@ class Supervisor:
         self.grace_s = grace_s
         self.services: list[Service] = []
 
-    def start(self, service: Service) -> Service:
+    def start(self, service: Service, *, wait: bool = True) -> Service:
+        """Launch ``service``; with ``wait`` (default), return once it is healthy. ``wait=False`` lets several
+        start at once (``wait_healthy`` each afterwards): their start-up costs overlap."""
         service.log_path = self.log_dir / f"{service.name}.log"
         out = service.log_path.open("ab")
         env = {**os.environ, **service.env}
@@ -79,7 +81,8 @@ class Supervisor:
         )
         out.close()
         self.services.append(service)
-        self.wait_healthy(service)
+        if wait:
+            self.wait_healthy(service)
         return service
 
     def wait_healthy(self, service: Service) -> None:

@@ -30,7 +30,7 @@ from services.stack.config import StackSettings
 from services.stack.prepare import Layout
 from services.stack.processes import Ports, StackProcesses, checkpoint_step
 from services.stack.progress import Display, Pace
-from services.stack.report import EvalResult, read_eval, read_log, render_summary, training_progress
+from services.stack.report import EvalResult, read_eval, read_log, render_summary, step_time, training_progress
 from services.stack.supervisor import Service, ServiceFailed, Supervisor
 from services.trainer.config import TrainerSettings
 from shared.log import get_logger
@@ -137,12 +137,18 @@ class LocalStack(StackProcesses):
             sup.start(
                 self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir", str(self.run / "redis")])
             )
+        # Retriever and inference load their models at the same time (each waits on its own files and imports).
+        starting = []
         if self.retrieves or searcher:
-            sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever))
+            starting.append(
+                sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever), wait=False)
+            )
         if inference:
-            sup.start(self.inference_service())
-            if searcher or (searcher is None and "searcher" in self.needs):
-                sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
+            starting.append(sup.start(self.inference_service(), wait=False))
+        for service in starting:
+            sup.wait_healthy(service)
+        if inference and (searcher or (searcher is None and "searcher" in self.needs)):
+            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
         self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
 
     def make_sft(self, sup: Supervisor) -> Path | None:
@@ -205,14 +211,18 @@ class LocalStack(StackProcesses):
         reads no rollouts (``rollout=False``: SFT only)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
-        trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env))
+        trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env), wait=False)
         producer = None
-        if rollout:
+        if rollout:  # started beside the trainer: it loads its tokenizer and data while the trainer loads the model
             producer = sup.start(
                 self.service(
                     "rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env
-                )
+                ),
+                wait=False,
             )
+        for service in (trainer, producer):
+            if service is not None:
+                sup.wait_healthy(service)
         return trainer, producer
 
     def warm_start(self, sup: Supervisor, sft: Path | None) -> tuple[int, EvalResult] | None:
@@ -251,10 +261,12 @@ class LocalStack(StackProcesses):
         tag: str = "",
         rollout: bool = True,
         budget: bool = True,
+        on_first_step: Callable[[], None] | None = None,
         **env: str,
     ) -> Path:
         """Trainer + rollout until the trainer reaches its ``max_steps`` (or, with ``budget``, the stack's
-        ``train_budget_s`` is spent); returns the trainer's JSONL log."""
+        ``train_budget_s`` is spent); returns the trainer's JSONL log. ``on_first_step`` runs once this
+        session's first step is logged."""
         trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, rollout=rollout, **env)
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
@@ -263,14 +275,23 @@ class LocalStack(StackProcesses):
         first_step: list[float] = []
         resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
 
+        last_status = [time.monotonic()]
+
         def progress() -> None:
-            steps_done, line = training_progress(log_file, max_steps, time.time() - start, pace)
-            if steps_done > resumed_at and not first_step:
-                first_step.append(time.time())
+            # Polled every second so that the first step is noticed when it lands; the status line keeps its
+            # own pace (tick_s: a plain line every 15 s off a terminal).
+            if not first_step and (landed := step_time(log_file, resumed_at)) is not None:
+                first_step.append(landed)
                 self.say(
-                    f"first step done {first_step[0] - self.started:.0f}s after the start "
-                    f"({first_step[0] - start:.0f}s after the trainer started)"
+                    f"first step done {landed - self.started:.0f}s after the start "
+                    f"({landed - start:.0f}s after the trainer started)"
                 )
+                if on_first_step is not None:
+                    on_first_step()
+            if time.monotonic() - last_status[0] < self.tick_s:
+                return
+            last_status[0] = time.monotonic()
+            _, line = training_progress(log_file, max_steps, time.time() - start, pace)
             if budget:  # the budget ends this run, not max_steps: say how much of it is left
                 left = max(0.0, budget - (time.time() - start)) / 60
                 line = re.sub(r"  ETA \S+", f"  budget left {left:.1f} min", line)
@@ -279,7 +300,7 @@ class LocalStack(StackProcesses):
         budget = self.settings.train_budget_s if budget else None
         try:
             code = sup.wait_for(
-                trainer, timeout_s=budget or self.settings.train_timeout_s, on_tick=progress, tick_s=self.tick_s
+                trainer, timeout_s=budget or self.settings.train_timeout_s, on_tick=progress, tick_s=1.0
             )
         except ServiceFailed:
             if not budget or time.time() - start < budget:  # a service died, not the budget
@@ -310,17 +331,23 @@ class LocalStack(StackProcesses):
     def run_all(self) -> str:
         with Supervisor(self.run / "logs") as sup:
             sft, before = self.prepare_all(sup)
-            beside = None
-            if before is None:
-                beside = self.start_base_eval(sup)
-            else:
+            beside: list[Service] = []
+
+            def start_eval() -> None:
+                beside.append(self.start_base_eval(sup))
+
+            if before is not None:
                 self.say(f"step-0 eval: {before.headline()}")
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
                 self.say(f"training resumes from the checkpoint of step {resumed}")
             warm = self.warm_start(sup, sft)
-            self.train(sup, sft, rollout=self.reads_rollouts)
-            if beside is not None:
-                before = self.finish_eval(sup, beside)
+            # The step-0 eval starts after the first step, not before it: on a small machine the eval's episodes
+            # and the first step's rollouts share one inference server, and the first step waited for the eval.
+            self.train(sup, sft, rollout=self.reads_rollouts, on_first_step=start_eval if before is None else None)
+            if before is None:
+                if not beside:  # training ended before a first step of its own (a resumed, finished run)
+                    start_eval()
+                before = self.finish_eval(sup, beside[0])
                 self.say(f"step-0 eval: {before.headline()}")
             after = self.evaluate(sup, "final")
         runs.mark_finished(self.run)

@@ -148,10 +148,13 @@ class _RecordingSupervisor:
         self.services: list = []
         self.evals = evals
 
-    def start(self, service):
+    def start(self, service, *, wait: bool = True):
         self.started.append(service.name)
         self.services.append(service)
         return service
+
+    def wait_healthy(self, service) -> None:
+        assert service in self.services
 
     def wait_for(self, service, **_):
         if service.name.startswith("eval-"):

@@ -145,3 +145,20 @@ def test_a_warm_start_trains_on_demonstrations_alone_then_the_recipe_goes_on(tmp
     assert all(r.get("rl_sequences", 0) == 0 and r["sft_tokens"] > 0 for r in rows[:3])  # demonstrations only
     assert all(r["rl_sequences"] + r.get("skipped_zero_advantage", 0) > 0 for r in rows[3:])  # then rollouts too
     assert list((run / "eval" / "warm").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_a_lora_run_starts_its_step_0_eval_after_the_first_step(tmp_path):
+    """A LoRA run never changes the served base weights, so the step-0 eval runs beside training; it starts
+    once the first step has landed, so that the first step's rollouts do not queue behind the eval's episodes
+    on the one inference server. The first-step line is stamped with the trainer's own time of that step."""
+    code, text, run = _train_to_end(
+        tmp_path / "runs", tmp_path / "out.txt", CODA_TRAINER_FINETUNE="lora", CODA_TRAINER_MAX_STEPS="4"
+    )
+    assert code == 0, text[-3000:]
+    first = text.index("first step done")
+    assert first < text.index("step-0 eval started beside training") < text.index("eval-step0 done beside training")
+    rows = read_log(run / "trainer" / "train.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert list((run / "eval" / "step0").glob("*.json")) and list((run / "eval" / "final").glob("*.json"))
+    assert "| step 0 |" in text and json.loads((run / runs.RUN_FILE).read_text())["finished"]
