@@ -298,8 +298,8 @@ def main() -> None:
     minutes = (time.perf_counter() - started) / 60
     what = (
         f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
-        f"{os.cpu_count()} CPU cores shared with other work (load average {load:.1f} at start, "
-        f"{os.getloadavg()[0]:.1f} at the end), {args.reps} interleaved repetitions in {minutes:.1f} min. "
+        f"{os.cpu_count()} CPU cores (load average {load:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at the end, the bench's own servers and clients included), {args.reps} interleaved repetitions in {minutes:.1f} min. "
         "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "
         f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}; "
         "baseline: thread-per-request FastAPI route as in Search-R1's retrieval_server.py (Hugging Face "

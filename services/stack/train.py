@@ -38,6 +38,8 @@ from shared.settings import read_recipe
 
 log = get_logger(__name__)
 
+BESIDE_EVAL_EPISODES = 4  # episodes in flight of an eval that runs beside training
+
 
 class LocalStack(StackProcesses):
     """One run of a recipe with every service as a local process."""
@@ -174,7 +176,12 @@ class LocalStack(StackProcesses):
 
     def start_base_eval(self, sup: Supervisor) -> Service:
         """The step-0 eval of the served base model, started beside training (``eval_beside_training``)."""
-        args = [*steps.eval_args(self.settings, self.layout.evals / "step0"), "--eval-policy", "base"]
+        # A few episodes at a time: the inference server's batch stays mostly training rollouts (with the eval's
+        # default of 64 at once, smol-cpu's second step waited ~100 s for the whole eval).
+        args = [
+            *steps.eval_args(self.settings, self.layout.evals / "step0"),
+            *("--eval-policy", "base", "--max-running-groups", str(BESIDE_EVAL_EPISODES)),
+        ]
         self.say("step-0 eval started beside training (LoRA: the base weights it evaluates do not change)")
         service = self.service("eval-step0", args)
         service.one_shot = True
