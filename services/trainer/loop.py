@@ -42,7 +42,7 @@ from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
 from services.trainer.step_record import step_record
-from services.trainer.sync_check import max_abs_diff, mismatch_warning, server_sample
+from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample
 from shared.admission import consumed_groups
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
@@ -64,6 +64,7 @@ class Trainer:
         self.last_publish = None
         self.watch: ServerWatch | None = None
         self.sync_diff: float | None = None
+        self.sync_probe: list[int] | None = None  # the sync check's prompt, made at its first use
         self.steps_without_rl = 0  # consecutive steps (or skipped steps) in which no RL sample was trained
         self.ready = threading.Event()
 
@@ -356,7 +357,9 @@ class Trainer:
             self.sync_diff = self._sync_check()
 
     def _sync_check(self) -> float:
-        prompt = list(self.s.sync_prompt)
+        if self.sync_probe is None:
+            self.sync_probe = probe_prompt(self.s.model, self.s.sync_prompt)
+        prompt = self.sync_probe
         sample = None
         if self.rank0:
             sample = server_sample(self.client, self.last_publish.model_name, prompt, self.s.sync_tokens)
