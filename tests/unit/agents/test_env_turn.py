@@ -65,7 +65,9 @@ async def test_observation_as_a_user_turn(tok):
     (observation,) = [s for s in traj.segments if s.source == "observation"]
     assert observation.text.startswith(CLOSE_ASSISTANT + USER_OPEN + "\n\n<information>")
     assert observation.text.endswith("</information>\n\n" + CLOSE_ASSISTANT + ASSISTANT_OPEN)
-    assert traj.observations("information") == ['Doc 1(Title: "Title Who wrote Hamlet 0") Text about Who wrote Hamlet.\n']
+    assert traj.observations("information") == [
+        'Doc 1(Title: "Title Who wrote Hamlet 0") Text about Who wrote Hamlet.\n'
+    ]
     # the second turn was asked for at the start of a fresh assistant turn, on exactly the ids gathered so far
     assert tok.decode(llm.prompts[1]).endswith(ASSISTANT_OPEN) and llm.prompts[1] == traj.ids[: len(llm.prompts[1])]
     # text and ids agree; only the sampled tokens are trained
