@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from recipes.core.llm import Generator
-from recipes.core.tokenizer import TokenizerLike
+from recipes.core.tokenizer import INLINE, TokenizerLike
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Budget
 from recipes.prompts import format_documents
@@ -38,7 +38,7 @@ class AgentContext:
     topk: int = 3
     searcher_max_turns: int | None = None
     stop: tuple[str, ...] = ()  # extra stop strings (single-turn)
-    env_frame: tuple[str, str] = ("", "")  # around environment text (``[rollout] env_turn``); inline by default
+    env_frame: tuple[str, str] = INLINE  # around environment text (``[rollout] env_turn``)
 
     def budget(self, role: str) -> Budget:
         return self.budgets.get(role, Budget())

@@ -44,6 +44,7 @@ PLAIN_USER_TURN = "\n\nUser: {content}\nAssistant: "  # plain_render's layout, f
 # the assistant's own turn (Search-R1's convention), or as a separate ``user``/``tool`` turn rendered by the
 # model's chat template. An instruct model reads inline text as its own words and may continue it.
 ENV_TURNS = ("inline", "user", "tool")
+INLINE: tuple[str, str] = ("", "")  # the frame of inline environment text: nothing around it
 
 
 def plain_turn(content: str, role: str) -> str:
@@ -56,7 +57,7 @@ def env_frame(tok: TokenizerLike, env_turn: str) -> tuple[str, str]:
     if env_turn not in ENV_TURNS:
         raise ValueError(f"env_turn must be one of {', '.join(ENV_TURNS)}, not {env_turn!r}")
     if env_turn == "inline":
-        return "", ""
+        return INLINE
     marker = "\x00"
     before, _, after = tok.tool_turn(marker, role=env_turn).partition(marker)
     return before, after

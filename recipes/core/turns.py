@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from recipes.core.llm import Generation, Generator, whole_tokens
-from recipes.core.tokenizer import TokenizerLike
+from recipes.core.tokenizer import INLINE, TokenizerLike
 from recipes.core.trajectory import TokenTrajectory
 from recipes.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
 from shared.tags import close_tag
@@ -88,7 +88,7 @@ class RoleSpec:
     answer_on_eos: Callable[[str], str | None] | None = None  # e.g. a tool agent's plain final reply
     final_message: str = FINAL_ANSWER_NUDGE  # appended before the forced final turn
     final_stop: tuple[str, ...] = (close_tag("answer"),)
-    env_frame: tuple[str, str] = ("", "")  # around environment text: inline by default (``env_frame``)
+    env_frame: tuple[str, str] = INLINE  # around environment text (``recipes.core.tokenizer.env_frame``)
 
     @property
     def stop_strings(self) -> list[str]:
@@ -117,9 +117,9 @@ def encode_observation(tok: TokenizerLike, obs: Observation, max_obs_tokens: int
 
 
 def append_observation(
-    traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget, frame: tuple[str, str] = ("", "")
+    traj: TokenTrajectory, tok: TokenizerLike, obs: Observation, budget: Budget, frame: tuple[str, str] = INLINE
 ) -> None:
-    if not obs.own_turn and frame != ("", ""):
+    if not obs.own_turn and frame != INLINE:
         obs = Observation(obs.content, frame[0] + obs.before, obs.after + frame[1], obs.tag, own_turn=True)
     ids, text, content = encode_observation(tok, obs, budget.max_obs_tokens)
     traj.add_observation(ids, text, tag=obs.tag, content=content)

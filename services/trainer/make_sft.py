@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 
 from recipes.answers import as_gold_list, normalize_answer
+from recipes.core.tokenizer import INLINE
 from recipes.prompts import (
     OBSERVATION_WRAP,
     executor_messages,
@@ -109,11 +110,8 @@ def _thought(text: str, think: bool) -> str:
     return f"<think> {text} </think>\n" if think else ""
 
 
-NO_FRAME = ("", "")
-
-
 def demonstration(
-    tok, question: str, gold: str, docs_text: str, think: bool = True, frame: tuple[str, str] = NO_FRAME
+    tok, question: str, gold: str, docs_text: str, think: bool = True, frame: tuple[str, str] = INLINE
 ) -> tuple[list[int], list[int]]:
     """Token ids and loss mask of one flat search demonstration (layout in the module docstring); ``frame``
     goes around the observation as the rollout's ``env_turn`` puts it (``recipes.core.tokenizer.env_frame``)."""
@@ -146,7 +144,7 @@ def coda_demonstrations(
     docs_text: str,
     passages: list[str],
     think: bool = True,
-    frame: tuple[str, str] = NO_FRAME,
+    frame: tuple[str, str] = INLINE,
 ) -> list[tuple[str, list[int], list[int]]]:
     """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
     d_before, d_after = OBSERVATION_WRAP["documents"]
@@ -191,7 +189,7 @@ def build(
     keep_unsupported: bool = False,
     fmt: str = "search",
     think: bool = True,
-    frame: tuple[str, str] = NO_FRAME,
+    frame: tuple[str, str] = INLINE,
 ) -> list[dict]:
     """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
     results = retriever.retrieve([r["question"] for r in rows], topk=topk)
