@@ -119,7 +119,8 @@ def _wait_ready(url: str, server: subprocess.Popen) -> None:
 # ---------------------------------------------------------------- 4. fair comparison with a thread-per-request baseline
 
 
-SETTINGS = ((1, 1, 40), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
+THREAD_VARS = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS"}
+SETTINGS = ((1, 1, 120), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
 
 
 async def drive(
@@ -152,6 +153,10 @@ async def drive(
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as session:
+        # Untimed: open the connections and let the server settle after the previous run (the other server's
+        # last setting may have just ended), the same for both servers.
+        warm = [{"queries": [f"warm-up query {i}"], "topk": 3} for i in range(min(clients, 8))]
+        await asyncio.gather(*(session.post(url + "/retrieve", json=body) for body in warm))
         start = time.perf_counter()
         await asyncio.gather(*(client(session) for _ in range(clients)))
         wall = time.perf_counter() - start
@@ -165,14 +170,28 @@ async def drive(
     }
 
 
-def _start(cmd: list[str], url: str) -> subprocess.Popen:
-    env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
+def _start(cmd: list[str], url: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    # Both servers as they ship: thread counts from their own defaults, never from the caller's shell.
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS} | {"CODA_LOG_LEVEL": "WARNING"}
+    env |= extra_env or {}
     server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_ready(url, server)
     return server
 
 
-def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_threads: int) -> tuple[list, dict]:
+def _encoder_runtime(dtype: str) -> str:
+    """How our server encodes queries on this host with ``encoder_dtype = dtype`` (see services/retriever/encoder)."""
+    from services.retriever.encoder import pick_dtype
+
+    resolved = pick_dtype(dtype, "cpu")
+    if resolved == "bfloat16":
+        return "here: bf16 torch, passes of 1-2 queries on fp32 ONNX Runtime"
+    return f"here: {resolved} ONNX Runtime"
+
+
+def compare(
+    index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_threads: int, encoder_dtype: str = "auto"
+) -> tuple[list, dict]:
     """Interleaved runs of both servers → (markdown rows, {setting: {server: [runs]}})."""
     from shared.redis_server import free_port
 
@@ -194,8 +213,9 @@ def compare(index_dir: Path, pool: list[str], reps: int, timeout: float, cpu_thr
     ]
     if cpu_threads:
         ours_cmd += ["--cpu-threads", str(cpu_threads)]
+    ours_env = {"CODA_RETRIEVER_ENCODER_DTYPE": encoder_dtype}
     base_cmd = [sys.executable, str(BASELINE), "--index", str(index_dir), "--port", str(ports["baseline"])]
-    servers = {"ours": _start(ours_cmd, urls["ours"]), "baseline": _start(base_cmd, urls["baseline"])}
+    servers = {"ours": _start(ours_cmd, urls["ours"], ours_env), "baseline": _start(base_cmd, urls["baseline"])}
     runs: dict = {}
     try:
         for rep in range(reps):
@@ -276,6 +296,12 @@ def main() -> None:
         "--request-timeout", type=float, default=120.0, help="seconds before a request counts as unanswered"
     )
     parser.add_argument("--cpu-threads", type=int, default=0, help="our server's cpu_threads (0: its default)")
+    parser.add_argument(
+        "--encoder-dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="our server's encoder_dtype (auto: as shipped; float32 compares at the baseline's precision)",
+    )
     parser.add_argument("--libraries", action="store_true", help="also the older library and mode sections")
     parser.add_argument("--docs", type=int, default=200_000, help="synthetic corpus size (--libraries)")
     parser.add_argument("--rank-queries", type=int, default=20, help="queries timed on rank-bm25 (--libraries)")
@@ -294,14 +320,15 @@ def main() -> None:
     build(corpus, emb, index_dir)
     pool = distinct(questions, 4096)
     started = time.perf_counter()
-    runs = compare(index_dir, pool, args.reps, args.request_timeout, args.cpu_threads)
+    runs = compare(index_dir, pool, args.reps, args.request_timeout, args.cpu_threads, args.encoder_dtype)
     minutes = (time.perf_counter() - started) / 60
     what = (
         f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
         f"{os.cpu_count()} CPU cores (load average {load:.1f} at start, "
         f"{os.getloadavg()[0]:.1f} at the end, the bench's own servers and clients included), {args.reps} interleaved repetitions in {minutes:.1f} min. "
         "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "
-        f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}; "
+        f"our server `mode=dense`, cpu_threads {args.cpu_threads or 'default (one worker per CPU)'}, "
+        f"encoder_dtype {args.encoder_dtype} ({_encoder_runtime(args.encoder_dtype)}); "
         "baseline: thread-per-request FastAPI route as in Search-R1's retrieval_server.py (Hugging Face "
         "AutoModel + mean pooling, torch/FAISS library defaults). Every query distinct (drawn without "
         f"replacement from {len(pool):,}). Requests per setting: "

@@ -10,6 +10,7 @@ cancels its job, so its chunks not yet started are never computed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from contextlib import asynccontextmanager
 
@@ -123,6 +124,7 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
             on_batch=metrics.observe_batch,
             on_drop=metrics.dropped.inc,
             thread_init=retriever.prepare_thread,
+            run_alone=functools.partial(retriever.search_many, wide=True),
         )
         await batcher.start()
         log.info("retriever workers", extra={"workers": retriever.workers, "chunk_queries": settings.chunk_queries})

@@ -10,7 +10,8 @@ indexes still see batches under load. A job is answered as soon as its last chun
 
 Workers run their chunks on threads, one per core given (``RetrieverSettings.cpu_threads``), each thread
 single-threaded inside torch and FAISS: on a shared CPU, intra-op thread pools that spin-wait for each
-other are far slower than independent chunks on independent cores. On a GPU there is one worker (FAISS
+other are far slower than independent chunks on independent cores. A chunk that starts while every other
+worker is idle and nothing waits runs ``run_alone`` instead, which may use those idle cores. On a GPU there is one worker (FAISS
 GPU indexes are not thread-safe).
 
 A job whose caller is cancelled (the route cancels it when the client disconnects) is dropped: its chunks
@@ -73,8 +74,13 @@ class MicroBatcher:
         on_batch: BatchObserver | None = None,
         on_drop: DropObserver | None = None,
         thread_init: Callable[[], None] | None = None,
+        run_alone: Callable[[list[SearchSpec]], list[Result]] | None = None,
     ) -> None:
         self.run, self.workers, self.chunk_queries, self.window_s = run, max(1, workers), chunk_queries, window_s
+        # For a chunk that starts while no other chunk runs and none waits: the other workers' cores are idle,
+        # so it may use them (the retriever's encoder then runs one pass on several threads).
+        self.run_alone = run_alone or run
+        self._running = 0  # chunks being computed now
         self.on_batch = on_batch or (lambda requests, queries: None)
         self.on_drop = on_drop or (lambda queries: None)
         self._fresh: collections.deque[_Job] = collections.deque()  # jobs not started, oldest first
@@ -200,8 +206,10 @@ class MicroBatcher:
             specs = [replace(job.spec, queries=job.spec.queries[first:stop]) for job, first, stop in pieces]
             self.on_batch(len(pieces), sum(stop - first for _, first, stop in pieces))
             started = time.perf_counter()
+            alone = self._running == 0 and not (self._fresh or self._started)
+            self._running += 1
             try:
-                results = await loop.run_in_executor(self._executor, self.run, specs)
+                results = await loop.run_in_executor(self._executor, self.run_alone if alone else self.run, specs)
             except asyncio.CancelledError:
                 self._fail(pieces, BatcherStopped("the retriever is shutting down"))
                 raise
@@ -209,6 +217,8 @@ class MicroBatcher:
                 log.exception("chunk failed", extra={"requests": len(pieces)})
                 self._fail(pieces, exc)
                 continue
+            finally:
+                self._running -= 1
             self.chunk_seconds.append(time.perf_counter() - started)
             for (job, first, stop), result in zip(pieces, results, strict=True):
                 if job.dead:

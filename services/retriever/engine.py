@@ -9,6 +9,7 @@ On CPU several worker threads call it at once, each single-threaded inside torch
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -122,8 +123,8 @@ class Retriever:
         self.observe(stage, time.perf_counter() - start)
         return out
 
-    def _dense(self, queries: list[str], k: int) -> Result:
-        vectors = self._timed("encode", self.encoder.encode_queries, queries)
+    def _dense(self, queries: list[str], k: int, wide: bool = False) -> Result:
+        vectors = self._timed("encode", self.encoder.encode_queries, queries, wide)
         return self._timed("dense", self.dense.search, vectors, k)
 
     def _sparse(self, queries: list[str], k: int) -> Result:
@@ -150,9 +151,12 @@ class Retriever:
             start += n
         return out
 
-    def search_many(self, specs: list[SearchSpec]) -> list[Result]:
+    def search_many(self, specs: list[SearchSpec], wide: bool = False) -> list[Result]:
+        """``wide``: no other chunk is running, so the encoder may use every worker's core (see batching)."""
         self.prepare_thread()
-        dense = self._side([s if s.mode != "sparse" else None for s in specs], self._dense)
+        dense = self._side(
+            [s if s.mode != "sparse" else None for s in specs], functools.partial(self._dense, wide=wide)
+        )
         sparse = self._side([s if s.mode != "dense" else None for s in specs], self._sparse)
         start = time.perf_counter()
         results = []
@@ -205,6 +209,9 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
         device=settings.device,
         batch_size=settings.encode_batch_size,
         threads=1,
+        dtype=settings.encoder_dtype,
+        onnx_max_queries=settings.onnx_max_queries,
+        wide_threads=settings.cpu_threads or available_cpus(),
     )  # per worker thread; the workers are the parallelism (see Retriever)
     if encoder.dim != manifest["encoder"]["dim"]:
         raise ValueError(

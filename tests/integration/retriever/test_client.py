@@ -19,10 +19,11 @@ async def test_async_client_chunks_and_keeps_order(server):
         docs = await client.retrieve(QUERIES, topk=2)
         assert len(docs) == 5 and all(len(d) == 2 for d in docs)
         assert isinstance(docs[0][0], RetrievedDocument)
-        # The repeated query lands in another chunk, so it is encoded in another batch: same documents, and the
-        # scores equal up to the float noise that batch composition brings to the encoder's matmuls.
+        # The repeated query lands in another chunk, so it is encoded in another pass: same documents, and the
+        # scores equal up to what the pass changes (batch composition; fp32 ONNX for a pass of 1-2 queries,
+        # bf16 torch for a larger one where the CPU has native bf16: ~1e-4).
         assert [d.id for d in docs[0]] == [d.id for d in docs[4]]
-        assert [d.score for d in docs[0]] == pytest.approx([d.score for d in docs[4]], abs=1e-5)
+        assert [d.score for d in docs[0]] == pytest.approx([d.score for d in docs[4]], abs=1e-3)
         assert docs[0][0].title.startswith('"') and docs[0][0].text and docs[0][0].score >= docs[0][1].score
         assert "Scott Derrickson" in docs[1][0].contents
         assert await client.retrieve([]) == []

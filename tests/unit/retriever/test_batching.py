@@ -204,3 +204,27 @@ async def test_duplicates_in_a_request_are_searched_once_and_answered_alike():
         await batcher.stop()
     assert ids.ravel().tolist() == [1, 2, 1, 3, 2, 4, 1]
     assert sorted(q for chunk in log for spec in chunk for q in spec) == ["q1", "q2", "q3", "q4"]
+
+
+async def test_only_a_chunk_with_the_workers_to_itself_runs_alone():
+    log, lone = [], []
+    run = recording_run(log, delay=0.02)
+
+    def run_alone(specs):
+        lone.append([list(s.queries) for s in specs])
+        return run(specs)
+
+    batcher = MicroBatcher(run, workers=2, chunk_queries=4, run_alone=run_alone)
+    await batcher.start()
+    try:
+        await batcher.submit(SearchSpec(["q1"], k=1))  # nothing else in flight
+        assert lone == [[["q1"]]]
+        # 12 queries in chunks of 4 on 2 workers: the first chunk starts with more waiting, the second while the
+        # first runs, so neither runs alone (the last one may, if both workers are idle when it is taken).
+        ids, _ = await batcher.submit(SearchSpec([f"q{i}" for i in range(12)], k=1))
+        assert ids.ravel().tolist() == list(range(12)) and len(log) == 4
+        alone_queries = {q for chunk in lone[1:] for queries in chunk for q in queries}
+        assert not alone_queries & {f"q{i}" for i in range(8)}
+        assert batcher._running == 0
+    finally:
+        await batcher.stop()
