@@ -119,6 +119,7 @@ def _wait_ready(url: str, server: subprocess.Popen) -> None:
 # ---------------------------------------------------------------- 4. fair comparison with a thread-per-request baseline
 
 
+WARM_CONNECTIONS = 8  # untimed requests before each run (all 64 warm: the same 64 × 1 tail, measured)
 THREAD_VARS = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS"}
 SETTINGS = ((1, 1, 120), (16, 1, 8), (64, 1, 4), (1, 32, 8), (16, 32, 1), (64, 32, 1))  # clients, q/req, req/client
 
@@ -155,7 +156,7 @@ async def drive(
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as session:
         # Untimed: open the connections and let the server settle after the previous run (the other server's
         # last setting may have just ended), the same for both servers.
-        warm = [{"queries": [f"warm-up query {i}"], "topk": 3} for i in range(min(clients, 8))]
+        warm = [{"queries": [f"warm-up query {i}"], "topk": 3} for i in range(min(clients, WARM_CONNECTIONS))]
         await asyncio.gather(*(session.post(url + "/retrieve", json=body) for body in warm))
         start = time.perf_counter()
         await asyncio.gather(*(client(session) for _ in range(clients)))
