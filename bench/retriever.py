@@ -182,11 +182,11 @@ def _start(cmd: list[str], url: str, extra_env: dict[str, str] | None = None) ->
 
 def _encoder_runtime(dtype: str) -> str:
     """How our server encodes queries on this host with ``encoder_dtype = dtype`` (see services/retriever/encoder)."""
-    from services.retriever.encoder import pick_dtype
+    from services.retriever.encoder import BF16_ONNX_MAX_QUERIES, pick_dtype
 
     resolved = pick_dtype(dtype, "cpu")
     if resolved == "bfloat16":
-        return "here: bf16 torch, passes of 1-2 queries on fp32 ONNX Runtime"
+        return f"here: bf16 torch, passes of 1-{BF16_ONNX_MAX_QUERIES} queries on fp32 ONNX Runtime"
     return f"here: {resolved} ONNX Runtime"
 
 

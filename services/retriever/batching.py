@@ -11,8 +11,8 @@ indexes still see batches under load. A job is answered as soon as its last chun
 Workers run their chunks on threads, one per core given (``RetrieverSettings.cpu_threads``), each thread
 single-threaded inside torch and FAISS: on a shared CPU, intra-op thread pools that spin-wait for each
 other are far slower than independent chunks on independent cores. A chunk that starts while every other
-worker is idle and nothing waits runs ``run_alone`` instead, which may use those idle cores. On a GPU there is one worker (FAISS
-GPU indexes are not thread-safe).
+worker is idle and nothing waits runs ``run_alone`` instead, which may use those idle cores. On a GPU there
+is one worker (FAISS GPU indexes are not thread-safe).
 
 A job whose caller is cancelled (the route cancels it when the client disconnects) is dropped: its chunks
 not yet started are never computed.
