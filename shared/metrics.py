@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -17,7 +17,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Common names (per-service metrics add their own with the same prefix).
 HTTP_REQUESTS = "coda_http_requests_total"
@@ -44,52 +43,28 @@ class HttpMetrics:
         self.service = service
 
 
-class _RequestMetrics:
-    """Pure ASGI middleware counting and timing every request (a ``@app.middleware("http")`` function costs
-    ~0.5 ms a request in Starlette's BaseHTTPMiddleware, measured: as much as a retriever's dense search).
-
-    Latency runs to the response's start (its status line), as before for streamed responses too; a request
-    whose handler raises before answering counts as a 500."""
-
-    def __init__(self, app: ASGIApp, http: HttpMetrics) -> None:
-        self.app, self.http = app, http
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        answered = False
-
-        async def timed_send(message: Message) -> None:
-            nonlocal answered
-            if message["type"] == "http.response.start" and not answered:
-                answered = True
-                self._observe(scope, message["status"], start)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, timed_send)
-        except BaseException:
-            if not answered:
-                self._observe(scope, 500, start)
-            raise
-
-    def _observe(self, scope: Scope, status: int, start: float) -> None:
-        path = getattr(scope.get("route"), "path", "unmatched")
-        if path != "/metrics":
-            service = self.http.service
-            self.http.requests.labels(service, path, str(status)).inc()
-            self.http.latency.labels(service, path).observe(time.perf_counter() - start)
-
-
 def instrument_app(app: FastAPI, service: str, registry: CollectorRegistry | None = None) -> CollectorRegistry:
     """Mount ``GET /metrics`` and count/time every request. Returns the registry for service metrics.
 
     A plain route (not ``app.mount``) so that ``/metrics`` answers 200 without a redirect to ``/metrics/``.
     """
     registry = registry or CollectorRegistry()
-    app.add_middleware(_RequestMetrics, http=HttpMetrics(registry, service))
+    http = HttpMetrics(registry, service)
+
+    @app.middleware("http")
+    async def _count(request: Request, call_next):
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            if path != "/metrics":
+                http.requests.labels(service, path, str(status)).inc()
+                http.latency.labels(service, path).observe(time.perf_counter() - start)
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics", include_in_schema=True)
     def metrics() -> Response:
