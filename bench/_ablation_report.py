@@ -22,8 +22,15 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
     lines = [
         "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
         "",
-        "Written by `bench/ablation.py` (raw numbers: `ablation.json`). One warm start (SFT only, "
-        f"{cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then {cfg['train_s']:.0f} s of "
+        f"Written by `bench/ablation.py` (raw numbers: `{md.stem}.json`). Demonstrations: "
+        + (
+            f"a budget of {cfg['sft_limit']} (the first {cfg['sft_limit']} training questions'), cycled by every step "
+            "that uses them"
+            if cfg.get("sft_limit")
+            else "one for every training question"
+        )
+        + f". One warm start (SFT only, {cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then "
+        f"{cfg['train_s']:.0f} s of "
         f"training wall time per arm on this 2-core CPU machine, evaluated greedily on the lookup world's "
         f"{cfg['eval_limit']} held-out questions "
         + (f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end")

@@ -4,7 +4,10 @@
     .venv/bin/python bench/ablation.py --train-s 120 --seeds 0 --arms sft red   # a quick look
 
 1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
-   ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once.
+   ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once. Every arm that
+   uses demonstrations (the warm start, SFT only, fixed, RED) cycles through the same ones: the recipes'
+   ``[stack] sft_limit`` (a budget of 4: what a user who writes them by hand has; 0 = one per training
+   question, ``bench/results/ablation-all-demos.md``).
 2. Each arm (``configs/smol-ablation-{grpo,sft,fixed,red}.toml``: smol-cpu with only ``red_mode`` /
    ``sft_only`` changed) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
    not its RNG state, so ``--seeds`` differ) with its own Redis, inference server and retriever, and trains for
@@ -16,7 +19,8 @@
    BM25 index; ``--hotpot 0``: skip).
 4. ``bench/results/ablation.md`` (a table) and ``ablation.png`` (held-out F1 against training wall time, one
    line per arm) are rewritten after every run, so an interrupted bench leaves what it measured; the raw
-   numbers go to ``ablation.json``. A run already in ``ablation.json`` is not run again (``--fresh``: redo).
+   numbers go to ``ablation.json`` (``--name``: another stem). A run already there is not run again
+   (``--fresh``: redo).
 
 Arms run interleaved (seed 0: the order given, seed 1: reversed, ...) because the machine is shared.
 """
@@ -68,7 +72,7 @@ class Bench:
         self.settings = StackSettings.load(recipe("sft"))
         self.layout = Layout.for_run(self.root, self.settings)  # model, lookup index, demonstrations: shared
         self.hotpot_index = ROOT / "runs" / "index" / "hotpotqa-bench"  # shared by every bench root
-        self.json = RESULTS / "ablation.json"
+        self.json = RESULTS / f"{args.name}.json"
         self.doc = json.loads(self.json.read_text()) if self.json.is_file() and not args.fresh else {}
         self.doc.setdefault("runs", {})
         self.doc["config"] = {
@@ -78,6 +82,7 @@ class Bench:
             "hotpot": args.hotpot,
             "hotpot_seeds": args.hotpot_seeds,
             "eval_limit": self.settings.eval_limit,
+            "sft_limit": self.settings.sft_limit,
         }
 
     # ---------------------------------------------------------------- pieces
@@ -267,7 +272,7 @@ class Bench:
     def save(self) -> None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.json.write_text(json.dumps(self.doc, indent=1))
-        write_report(self.doc, RESULTS / "ablation.md", RESULTS / "ablation.png")
+        write_report(self.doc, RESULTS / f"{self.a.name}.md", RESULTS / f"{self.a.name}.png")
 
 
 def no_advantage_batches(trainer_log: Path) -> int:
@@ -283,7 +288,7 @@ def main() -> None:
     p.add_argument("--root", default="runs/ablation", help="where the runs are written")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    p.add_argument("--warm-steps", type=int, default=7, help="SFT-only steps of the shared warm start")
+    p.add_argument("--warm-steps", type=int, default=10, help="SFT-only steps of the shared warm start")
     p.add_argument("--train-s", type=float, default=240.0, help="training wall time per arm after the warm start")
     p.add_argument("--segments", type=int, default=1, help="evals of the lookup questions during that time")
     p.add_argument("--hotpot", type=int, default=20, help="HotpotQA questions evaluated at the end (0: none)")
@@ -296,11 +301,12 @@ def main() -> None:
     )
     p.add_argument("--train-timeout-s", type=float, default=900.0, help="limit of the warm start's training")
     p.add_argument("--fresh", action="store_true", help="forget ablation.json's runs and measure them again")
-    p.add_argument("--report-only", action="store_true", help="rewrite ablation.md/png from ablation.json")
+    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md/png from NAME.json")
+    p.add_argument("--name", default="ablation", help="results file stem under bench/results (default: ablation)")
     args = p.parse_args()
     if args.report_only:
-        doc = json.loads((RESULTS / "ablation.json").read_text())
-        write_report(doc, RESULTS / "ablation.md", RESULTS / "ablation.png")
+        doc = json.loads((RESULTS / f"{args.name}.json").read_text())
+        write_report(doc, RESULTS / f"{args.name}.md", RESULTS / f"{args.name}.png")
         return
     Bench(args).run()
 

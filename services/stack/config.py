@@ -59,6 +59,12 @@ class StackSettings(ServiceSettings):
         "inline", description="Where the demonstrations' observations go: set it in [shared] so the rollout's match"
     )
     sft_topk: int = Field(1, ge=1, description="Documents per search in the demonstrations")
+    sft_limit: int = Field(
+        0,
+        ge=0,
+        description="Demonstrations made: the first N questions of train_qa (0 = every question). A budget of "
+        "demonstrations, as a user who must write or buy them has; every step cycles through them",
+    )
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
     inference: Literal["cpu-server", "vllm"] = Field(
         "cpu-server",

@@ -96,6 +96,7 @@ class Layout:
             sft_format,
             stack.system_prompt,
             *([] if stack.env_turn == "inline" else [stack.env_turn]),  # inline: the cache keys of earlier runs
+            *([stack.sft_limit] if stack.sft_limit else []),
         )
         return cls(
             model=Path(stack.model),
@@ -204,6 +205,7 @@ def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt:
         + ([] if stack.sft_think else ["--no-think"])
         + ([] if stack.system_prompt is None else ["--system-prompt", stack.system_prompt])
         + ["--env-turn", stack.env_turn]
+        + (["--limit", str(stack.sft_limit)] if stack.sft_limit else [])
     )
 
 

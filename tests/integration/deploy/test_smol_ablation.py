@@ -8,7 +8,7 @@ from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 ARM_KEYS = {"trainer": {"red_mode", "sft_only"}}
-BUDGET_KEYS = {"stack": {"warm_start_steps", "train_budget_s"}, "trainer": {"max_steps"}}
+BUDGET_KEYS = {"stack": {"warm_start_steps", "train_budget_s", "sft_limit"}, "trainer": {"max_steps"}}
 
 
 def _table(name: str) -> dict:

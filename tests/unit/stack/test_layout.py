@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.stack.config import StackSettings
-from services.stack.prepare import Layout, import_args
+from services.stack.prepare import Layout, import_args, make_sft_args
 from services.stack.processes import threads_for
 
 
@@ -33,3 +33,14 @@ def test_each_service_gets_a_thread_count_that_fits(monkeypatch):
     assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [1, 1, 1]
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [8, 1, 1]
+
+
+def test_a_demonstration_budget_reaches_make_sft_and_has_its_own_cache_file(tmp_path):
+    smol = StackSettings.load("configs/smol-cpu.toml")
+    budget = smol.model_copy(update={"sft_limit": 4})
+    full_layout, budget_layout = Layout.for_run(tmp_path, smol), Layout.for_run(tmp_path, budget)
+    assert "--limit" not in make_sft_args(smol, full_layout, "http://r")
+    args = make_sft_args(budget, budget_layout, "http://r")
+    assert args[args.index("--limit") + 1] == "4" and args[args.index("--out") + 1] == str(budget_layout.sft)
+    # A budgeted run never reads the full file of an earlier run (nor the reverse).
+    assert budget_layout.sft != full_layout.sft and budget_layout.index == full_layout.index
