@@ -119,7 +119,8 @@ def _plot(doc: dict, png: Path) -> None:
     ax.set_ylabel("held-out lookup F1 (greedy, 72 questions)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # none before the first arm's run
+        ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
