@@ -36,7 +36,7 @@ def test_each_service_gets_a_thread_count_that_fits(monkeypatch):
 
 
 def test_a_demonstration_budget_reaches_make_sft_and_has_its_own_cache_file(tmp_path):
-    smol = StackSettings.load("configs/smol-cpu.toml")
+    smol = StackSettings.load("configs/smol-cpu.toml").model_copy(update={"sft_limit": 0})
     budget = smol.model_copy(update={"sft_limit": 4})
     full_layout, budget_layout = Layout.for_run(tmp_path, smol), Layout.for_run(tmp_path, budget)
     assert "--limit" not in make_sft_args(smol, full_layout, "http://r")
