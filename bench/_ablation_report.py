@@ -17,6 +17,10 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _relations(by_relation: dict | None) -> str:
+    return " · ".join(f"{rel} {_fmt(f1)}" for rel, f1 in (by_relation or {}).items()) or "–"
+
+
 def write_report(doc: dict, md: Path, png: Path) -> None:
     cfg, warm, runs = doc["config"], doc.get("warm", {}), doc["runs"]
     lines = [
@@ -26,6 +30,12 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
         + (
             f"a budget of {cfg['sft_limit']} (the first {cfg['sft_limit']} training questions'), cycled by every step "
             "that uses them"
+            + (
+                f"; they ask for {', '.join(cfg['demonstrated'])} only (the training and held-out questions also ask "
+                "for the other relations)"
+                if cfg.get("demonstrated")
+                else ""
+            )
             if cfg.get("sft_limit")
             else "one for every training question"
         )
@@ -34,9 +44,12 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
         f"training wall time per arm on this 2-core CPU machine, evaluated greedily on the lookup world's "
         f"{cfg['eval_limit']} held-out questions "
         + (f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end")
-        + f", and on the first "
-        f"{cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end"
-        + (f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else "")
+        + (
+            f", and on the first {cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end"
+            + (f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else "")
+            if cfg["hotpot"]
+            else ""
+        )
         + ".",
         "",
     ]
@@ -45,15 +58,16 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
         lines += [
             f"Warm start ({warm['steps']} SFT steps, {warm['train_s']:.0f} s): lookup F1 {_fmt(w.get('f1'))}, "
             f"EM {_fmt(w.get('em'))}, search_hit {_fmt(w.get('search_hit'))}; HotpotQA F1 "
-            f"{_fmt(h.get('f1'))}, EM {_fmt(h.get('em'))}.",
+            f"{_fmt(h.get('f1'))}, EM {_fmt(h.get('em'))}."
+            + (f" Lookup F1 by relation: {_relations(w['by_relation'])}." if w.get("by_relation") else ""),
             "",
         ]
     mid_col = cfg["segments"] > 1
     lines += [
         "| arm | seed | steps (with RL / with SFT) | batches without advantage | train s | lookup F1 | EM | search_hit |"
         + (" F1 mid-way |" if mid_col else "")
-        + " HotpotQA F1 | EM | rollout reward, first → last 5 steps |",
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if mid_col else ""),
+        + " lookup F1 by relation | HotpotQA F1 | EM | rollout reward, first → last 5 steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if mid_col else ""),
     ]
     for arm in ARMS:
         for key in sorted(k for k in runs if k.startswith(arm + "/")):
@@ -66,6 +80,7 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
                 f"{end['train_s']:.0f} | {_fmt(end['lookup'].get('f1'))} | {_fmt(end['lookup'].get('em'))} | "
                 f"{_fmt(end['lookup'].get('search_hit'))} | "
                 + (f"{_fmt(mid)} | " if mid_col else "")
+                + f"{_relations(end['lookup'].get('by_relation'))} | "
                 + f"{_fmt(h.get('f1'))} | "
                 f"{_fmt(h.get('em'))} | {_fmt(r.get('reward_first'), 2)} → {_fmt(r.get('reward_last'), 2)} |"
             )
@@ -73,18 +88,20 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
         "",
         "Mean over seeds:",
         "",
-        "| arm | seeds | lookup F1 | EM | search_hit | HotpotQA F1 |",
-        "|---|---|---|---|---|---|",
+        "| arm | seeds | lookup F1 | EM | search_hit | lookup F1 by relation | HotpotQA F1 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm in ARMS:
         rs = [r for k, r in runs.items() if k.startswith(arm + "/")]
         if not rs:
             continue
         ends = [r["points"][-1]["lookup"] for r in rs]
+        rels = {rel for e in ends for rel in e.get("by_relation", {})}
+        by_rel = {rel: _mean([e.get("by_relation", {}).get(rel) for e in ends]) for rel in sorted(rels)}
         lines.append(
             f"| {ARMS[arm]} | {len(rs)} | {_fmt(_mean([e.get('f1') for e in ends]))} | "
             f"{_fmt(_mean([e.get('em') for e in ends]))} | {_fmt(_mean([e.get('search_hit') for e in ends]))} | "
-            f"{_fmt(_mean([r.get('hotpot', {}).get('f1') for r in rs]))} |"
+            f"{_relations(by_rel)} | {_fmt(_mean([r.get('hotpot', {}).get('f1') for r in rs]))} |"
         )
     lines += ["", "![held-out F1 against training wall time](ablation.png)", ""]
     notes = doc.get("notes")

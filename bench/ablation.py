@@ -132,7 +132,14 @@ class Bench:
             sup.stop(retriever)
         result = read_eval(out)
         say(f"{label}: {result.headline()} ({time.time() - started:.0f}s)")
-        return {**result.metrics, "n": result.n, "failed": result.failed, "eval_s": round(time.time() - started, 1)}
+        extra = {} if hotpot else {"by_relation": f1_by_relation(result.path)}
+        return {
+            **result.metrics,
+            **extra,
+            "n": result.n,
+            "failed": result.failed,
+            "eval_s": round(time.time() - started, 1),
+        }
 
     def train_for(
         self, stack: LocalStack, sup: Supervisor, arm: str, seed: int, seconds: float, max_steps: str = MANY_STEPS
@@ -257,6 +264,7 @@ class Bench:
     # ---------------------------------------------------------------- all
     def run(self) -> None:
         warm = self.warm()
+        self.doc["config"]["demonstrated"] = demonstrated_relations(self.layout.sft)
         say(f"warm start: {self.doc['warm']}")
         for i, seed in enumerate(self.a.seeds):
             order = self.a.arms if i % 2 == 0 else list(reversed(self.a.arms))
@@ -273,6 +281,25 @@ class Bench:
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.json.write_text(json.dumps(self.doc, indent=1))
         write_report(self.doc, RESULTS / f"{self.a.name}.md", RESULTS / f"{self.a.name}.png")
+
+
+def relation(question_id: str) -> str:
+    """A lookup question's relation: the id's last part (``lookup/test/bekdarfen-city`` -> ``city``)."""
+    return question_id.rsplit("-", 1)[-1]
+
+
+def f1_by_relation(eval_json: Path) -> dict[str, float]:
+    """Mean F1 of one eval's episodes per relation asked (city, job, pet): which facts the policy answers."""
+    scores: dict[str, list[float]] = {}
+    for row in json.loads(eval_json.read_text())["rows"]:
+        scores.setdefault(relation(row["prompt_id"]), []).append(float(row["f1"]))
+    return {rel: sum(xs) / len(xs) for rel, xs in sorted(scores.items())}
+
+
+def demonstrated_relations(sft_file: Path) -> list[str]:
+    """The relations the demonstrations show (each line's ``id`` is its training question's)."""
+    lines = sft_file.read_text().splitlines()
+    return sorted({relation(json.loads(line)["id"]) for line in lines if line.strip()})
 
 
 def no_advantage_batches(trainer_log: Path) -> int:
