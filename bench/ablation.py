@@ -1,6 +1,6 @@
 """The RED ablations on the real model, at equal wall time: what RL adds after a warm start on demonstrations.
 
-    .venv/bin/python bench/ablation.py --hotpot-seeds 0     # 4 arms x 2 seeds, ~60 min on 2 CPU cores
+    .venv/bin/python bench/ablation.py     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
     .venv/bin/python bench/ablation.py --train-s 120 --seeds 0 --arms sft red   # a quick look
 
 1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
@@ -317,7 +317,7 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     p.add_argument("--warm-steps", type=int, default=10, help="SFT-only steps of the shared warm start")
     p.add_argument("--train-s", type=float, default=240.0, help="training wall time per arm after the warm start")
-    p.add_argument("--segments", type=int, default=1, help="evals of the lookup questions during that time")
+    p.add_argument("--segments", type=int, default=2, help="evals of the lookup questions during that time")
     p.add_argument("--hotpot", type=int, default=20, help="HotpotQA questions evaluated at the end (0: none)")
     p.add_argument(
         "--hotpot-seeds",
