@@ -106,8 +106,9 @@ def render_summary(
         if any(key in result.metrics for _, result in columns):
             lines.append(f"| {key} | " + " | ".join(_fmt(r.metrics.get(key)) for _, r in columns) + " |")
     r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
-    gap = " |" if warm else ""
-    lines.append(f"| training reward (mean of first/last 5 steps) | {_fmt(r0)} |{gap} {_fmt(r1)} |")
+    # After a warm start the first rewarded steps come after it: their mean goes in its column.
+    first = f"— | {_fmt(r0)}" if warm else _fmt(r0)
+    lines.append(f"| training reward (mean of first/last 5 steps) | {first} | {_fmt(r1)} |")
     lines += [
         "",
         f"plots:       {run / 'trainer'}/*.png",

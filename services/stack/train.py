@@ -75,6 +75,7 @@ class LocalStack(StackProcesses):
         self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")
         self.ports = Ports.free()
         self.started = time.time()
+        self.first_step_said = False  # once per run: a warm start's first step is the run's first step
 
     # ---------------------------------------------------------------- paths and env
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
@@ -289,10 +290,12 @@ class LocalStack(StackProcesses):
             # own pace (tick_s: a plain line every 15 s off a terminal).
             if not first_step and (landed := step_time(log_file, resumed_at)) is not None:
                 first_step.append(landed)
-                self.say(
-                    f"first step done {landed - self.started:.0f}s after the start "
-                    f"({landed - start:.0f}s after the trainer started)"
-                )
+                if not self.first_step_said:
+                    self.first_step_said = True
+                    self.say(
+                        f"first step done {landed - self.started:.0f}s after the start "
+                        f"({landed - start:.0f}s after the trainer started)"
+                    )
                 if on_first_step is not None:
                     on_first_step()
             if time.monotonic() - last_status[0] < self.tick_s:

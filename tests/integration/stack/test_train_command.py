@@ -140,6 +140,7 @@ def test_a_warm_start_trains_on_demonstrations_alone_then_the_recipe_goes_on(tmp
     assert code == 0, text[-3000:]
     assert "warm start: 3 steps on the demonstrations alone" in text
     assert "| step 0 | warm start (step 3) | step 6 |" in text
+    assert text.count("first step done") == 1  # the warm start's: the run's first step
     rows = read_log(run / "trainer" / "train.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert all(r.get("rl_sequences", 0) == 0 and r["sft_tokens"] > 0 for r in rows[:3])  # demonstrations only

@@ -44,4 +44,6 @@ def test_a_warm_start_gets_its_own_column(tmp_path):
     summary = render_summary(tmp_path, before, after, 60, warm=(5, warm))
     assert "| step 0 | warm start (step 5) | step 10 |" in summary
     assert "| f1 | 0.000 | 0.600 | 0.900 |" in summary
+    # The warm start's steps have no reward: the first rewarded steps are the ones after it.
+    assert "| training reward (mean of first/last 5 steps) | — | 0.500 | 0.500 |" in summary
     assert str(warm.path) in summary
