@@ -21,36 +21,37 @@ def _relations(by_relation: dict | None) -> str:
     return " · ".join(f"{rel} {_fmt(f1)}" for rel, f1 in (by_relation or {}).items()) or "–"
 
 
+def _demonstrations(cfg: dict) -> str:
+    """Which demonstrations the arms had: a budget (and the relations it asks for) or one per question."""
+    n = cfg.get("sft_limit")
+    if not n:
+        return "one for every training question"
+    said = f"a budget of {n} (the first {n} training questions'), cycled by every step that uses them"
+    if cfg.get("demonstrated"):
+        said += (
+            f"; they ask for {', '.join(cfg['demonstrated'])} only (the training and held-out questions also ask "
+            "for the other relations)"
+        )
+    return said
+
+
+def _hotpot(cfg: dict) -> str:
+    if not cfg["hotpot"]:
+        return ""
+    seeds = f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else ""
+    return f", and on the first {cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end{seeds}"
+
+
 def write_report(doc: dict, md: Path, png: Path) -> None:
     cfg, warm, runs = doc["config"], doc.get("warm", {}), doc["runs"]
+    evals = f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end"
     lines = [
         "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
         "",
-        f"Written by `bench/ablation.py` (raw numbers: `{md.stem}.json`). Demonstrations: "
-        + (
-            f"a budget of {cfg['sft_limit']} (the first {cfg['sft_limit']} training questions'), cycled by every step "
-            "that uses them"
-            + (
-                f"; they ask for {', '.join(cfg['demonstrated'])} only (the training and held-out questions also ask "
-                "for the other relations)"
-                if cfg.get("demonstrated")
-                else ""
-            )
-            if cfg.get("sft_limit")
-            else "one for every training question"
-        )
-        + f". One warm start (SFT only, {cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then "
-        f"{cfg['train_s']:.0f} s of "
-        f"training wall time per arm on this 2-core CPU machine, evaluated greedily on the lookup world's "
-        f"{cfg['eval_limit']} held-out questions "
-        + (f"after each of {cfg['segments']} equal segments" if cfg["segments"] > 1 else "at its end")
-        + (
-            f", and on the first {cfg['hotpot']} bundled HotpotQA questions (their own BM25 index) at the end"
-            + (f" of the seed {', '.join(map(str, cfg['hotpot_seeds']))} runs" if cfg.get("hotpot_seeds") else "")
-            if cfg["hotpot"]
-            else ""
-        )
-        + ".",
+        f"Written by `bench/ablation.py` (raw numbers: `{md.stem}.json`). Demonstrations: {_demonstrations(cfg)}. "
+        f"One warm start (SFT only, {cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then "
+        f"{cfg['train_s']:.0f} s of training wall time per arm on this 2-core CPU machine, evaluated greedily on "
+        f"the lookup world's {cfg['eval_limit']} held-out questions {evals}{_hotpot(cfg)}.",
         "",
     ]
     if warm:
