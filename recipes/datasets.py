@@ -8,18 +8,26 @@ Formats:
 - FlashRAG JSONL: ``{id, question, golden_answers, metadata?}`` (``<source>/<split>.jsonl`` or
   ``<source>_<split>.jsonl``).
 - GSM8K JSONL: ``{question, answer}`` with the target after ``####`` (math word problems).
-- ``bundled:hotpotqa``: ``data/hotpotqa/qa_supported.jsonl``; ``bundled:lookup`` / ``bundled:lookup-test``:
+- ``bundled:hotpotqa-dev`` / ``bundled:2wiki-dev``: real multi-hop dev questions (``data/hotpotqa-dev``,
+  ``data/2wiki-dev``) with a **fixed split**: every question is ``train`` or ``heldout`` by a hash of its own id
+  (``FIXED_SPLITS``), whatever a recipe's ``eval_fraction`` says, so that no recipe can train on or demonstrate
+  a question the benchmark reports.
+- ``bundled:hotpotqa``: the small legacy set ``data/hotpotqa/qa_supported.jsonl`` (6.8k-paragraph corpus). Its
+  100 questions from AMOR's ``dev.json`` are not HotpotQA dev questions: they load under the data source
+  ``hotpotqa-nondev``, so no table reports them as dev results. ``bundled:lookup`` / ``bundled:lookup-test``:
   the synthetic lookup world of the embedded default (``data/lookup``).
 - Any JSONL with ``prompt_field`` named (``[rollout] prompt_field``): that field is the prompt, ``gold_field``
   (optional) the gold answer(s); the whole row is kept as the record's metadata, for user rewards.
 - ``synthetic:arithmetic[:N]``: generated two-step word problems with exact answers (recursive reasoner
   smoke runs and tests; nothing to download).
 
-``select_split`` carves a deterministic held-out split out of a single file by hashing prompt ids.
+``select_split`` carves a deterministic held-out split out of a single file by hashing prompt ids (or takes the
+fixed split of a dataset that has one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -32,10 +40,19 @@ from recipes.answers import gsm8k_target
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = {
     "hotpotqa": REPO_ROOT / "data" / "hotpotqa" / "qa_supported.jsonl",
+    "hotpotqa-dev": REPO_ROOT / "data" / "hotpotqa-dev" / "qa.jsonl",
+    "2wiki-dev": REPO_ROOT / "data" / "2wiki-dev" / "qa.jsonl",
     "lookup": REPO_ROOT / "data" / "lookup" / "train.jsonl",
     "lookup-test": REPO_ROOT / "data" / "lookup" / "test.jsonl",
 }
 SPLIT_NAMES = {"train", "dev", "val", "valid", "validation", "test"}
+# The bundled real benchmarks: the share of questions held out, by the hash of the dataset's own question id.
+# Chosen so that each held-out split has >= 300 questions (HotpotQA: 312 of 615 held out, 303 to train on;
+# 2Wiki: 306 of 1,305, 999 to train on); changing a fraction moves questions between train and held-out, so it never changes silently
+# (tests/unit/rollout/test_benchmark_splits.py pins the counts).
+FIXED_SPLITS = {"hotpotqa-dev": 0.50, "2wiki-dev": 0.25}
+HELDOUT = "heldout"
+NON_DEV_SOURCE = "amor_dev_distractor"  # legacy qa_supported.jsonl rows that are not HotpotQA dev questions
 
 
 @dataclass(frozen=True)
@@ -225,10 +242,7 @@ def load_prompts(source: str, prompt_field: str | None = None, gold_field: str |
             raise FileNotFoundError(f"dataset not found: {source} (prompt_field reads a JSONL file)")
         return read_prompt_jsonl(source, prompt_field, gold_field)
     if source.startswith("bundled:"):
-        name = source.split(":", 1)[1]
-        if name not in BUNDLED:
-            raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
-        return read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
+        return load_bundled(source.split(":", 1)[1])
     if source.startswith("synthetic:"):
         parts = source.split(":")
         if parts[1] != "arithmetic":
@@ -249,6 +263,40 @@ def load_prompts(source: str, prompt_field: str | None = None, gold_field: str |
     raise ValueError(f"{path}: unsupported dataset file type {path.suffix!r} (want .parquet or .jsonl)")
 
 
+def load_bundled(name: str) -> list[PromptRecord]:
+    if name not in BUNDLED:
+        raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
+    if name in FIXED_SPLITS:
+        return [_fixed_split(row, name, FIXED_SPLITS[name]) for row in _read_jsonl(BUNDLED[name])]
+    records = read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
+    if name == "hotpotqa":
+        records = [
+            dataclasses.replace(r, data_source="hotpotqa-nondev") if r.metadata.get("source") == NON_DEV_SOURCE else r
+            for r in records
+        ]
+    return records
+
+
+def _fixed_split(row: dict[str, Any], name: str, fraction: float) -> PromptRecord:
+    qid = str(row["id"])
+    split = HELDOUT if held_out(qid, fraction) else "train"
+    golds = row["golden_answers"]
+    return PromptRecord(
+        prompt_id=f"{name}/{split}/{qid}",
+        question=str(row["question"]),
+        golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
+        data_source=name,
+        split=split,
+        metadata=row.get("metadata") or {},
+    )
+
+
+def question_type(record: PromptRecord) -> str:
+    """A multi-hop question's type (bridge, comparison, compositional, ...; ``unknown`` where the source has
+    none)."""
+    return str(record.metadata.get("type") or "unknown")
+
+
 def held_out(prompt_id: str, fraction: float) -> bool:
     """Deterministic membership of the held-out split (stable across runs and machines)."""
     digest = hashlib.sha256(prompt_id.encode()).digest()
@@ -256,10 +304,14 @@ def held_out(prompt_id: str, fraction: float) -> bool:
 
 
 def select_split(records: list[PromptRecord], split: str, eval_fraction: float = 0.1) -> list[PromptRecord]:
-    """``train``/``eval`` halves of one file by hashed prompt id; ``all`` keeps everything; any other name
-    keeps the rows whose own ``split`` field equals it."""
+    """``train``/``eval`` halves of one file by hashed prompt id (a dataset with a fixed split, every record
+    ``train`` or ``heldout``, keeps its own: ``eval`` is its ``heldout``, whatever ``eval_fraction`` says);
+    ``all`` keeps everything; any other name keeps the rows whose own ``split`` field equals it."""
     if split == "all":
         return list(records)
+    if records and split in ("train", "eval", HELDOUT) and all(r.split in ("train", HELDOUT) for r in records):
+        want = "train" if split == "train" else HELDOUT
+        return [r for r in records if r.split == want]
     if split in ("train", "eval"):
         want_eval = split == "eval"
         return [r for r in records if held_out(r.prompt_id, eval_fraction) == want_eval]

@@ -39,6 +39,23 @@ def search_agent_messages(question: str) -> Messages:
     return [{"role": "user", "content": f"{SEARCH_AGENT_INSTRUCTIONS}\n\nQuestion: {question_text(question)}\n"}]
 
 
+# ---------------------------------------------------------------- naive RAG (one turn over retrieved passages)
+RAG_INSTRUCTIONS = (
+    "Read the passages and answer the question. Reply with the answer alone, in a few words (a name, a "
+    "place, a date, a number, or yes or no), not a sentence."
+)
+
+
+def rag_messages(question: str, docs: Sequence[tuple[str, str]]) -> Messages:
+    """Naive RAG's prompt: the passages retrieved for the question, then the question."""
+    return [
+        {
+            "role": "user",
+            "content": f"{RAG_INSTRUCTIONS}\n\n{format_documents(docs)}\nQuestion: {question_text(question)}\n",
+        }
+    ]
+
+
 # ---------------------------------------------------------------- CoDA planner and executor
 PLANNER_SYSTEM = (
     "You answer hard questions by splitting them into simple sub-questions and settling them one at a time.\n"

@@ -38,7 +38,7 @@ def _build_parser(sub) -> None:
         "--embeddings",
         type=Path,
         default=None,
-        help="precomputed passage embeddings (.npy, row i = corpus row i) instead of encoding",
+        help="precomputed passage embeddings (.npy, row i = corpus row i) instead of encoding; fewer rows than the corpus: the rest are encoded",
     )
     p.add_argument(
         "--faiss",

@@ -66,15 +66,25 @@ def _read_contents(options: BuildOptions) -> list[str]:
 
 
 def _passage_vectors(options: BuildOptions, contents: list[str]):
+    import numpy as np
+
     from services.retriever.encoder import Encoder, load_embeddings
 
+    given = None
     if options.embeddings is not None:
-        vectors = load_embeddings(options.embeddings, len(contents))
-        return vectors, {"name": options.encoder, "dim": int(vectors.shape[1]), "embeddings": str(options.embeddings)}
+        # Vectors of the first rows may be given for a corpus that grew (the bundled HotpotQA dev corpus begins
+        # with the 6,785 rows whose vectors ship): only the rows after them are encoded.
+        given = load_embeddings(options.embeddings, len(contents), prefix=True)
+        if len(given) == len(contents):
+            return given, {"name": options.encoder, "dim": int(given.shape[1]), "embeddings": str(options.embeddings)}
     encoder = Encoder(
         options.encoder, passage_prefix=options.passage_prefix, device=options.device, batch_size=options.batch_size
     )
-    return encoder.encode_passages(contents), {"name": options.encoder, "dim": encoder.dim}
+    if given is None:
+        return encoder.encode_passages(contents), {"name": options.encoder, "dim": encoder.dim}
+    rest = encoder.encode_passages(contents[len(given) :])
+    meta = {"name": options.encoder, "dim": encoder.dim, "embeddings": str(options.embeddings), "given": len(given)}
+    return np.concatenate([given, rest.astype(np.float32)]), meta
 
 
 def build_index(options: BuildOptions) -> dict:

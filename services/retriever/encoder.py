@@ -188,10 +188,12 @@ class Encoder:
         return self._encode([self.passage_prefix + p for p in passages], show_progress=show_progress)
 
 
-def load_embeddings(path: str | Path, expected_rows: int) -> np.ndarray:
-    """Precomputed passage embeddings (``.npy``, any float dtype) as float32 unit vectors."""
+def load_embeddings(path: str | Path, expected_rows: int, prefix: bool = False) -> np.ndarray:
+    """Precomputed passage embeddings (``.npy``, any float dtype) as float32 unit vectors; with ``prefix``
+    they may cover only the first rows of the corpus."""
     emb = np.load(path, mmap_mode="r")
-    if emb.ndim != 2 or emb.shape[0] != expected_rows:
+    fits = emb.shape[0] <= expected_rows if prefix else emb.shape[0] == expected_rows
+    if emb.ndim != 2 or not fits:
         raise ValueError(f"{path}: embeddings of shape {emb.shape} do not match {expected_rows} corpus rows")
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     norms = np.linalg.norm(emb, axis=1, keepdims=True)

@@ -15,7 +15,7 @@ import redis
 
 from recipes.core.context import Episode
 from recipes.core.llm import PolicyState
-from recipes.datasets import PromptRecord, load_prompts, select_split
+from recipes.datasets import PromptRecord, load_prompts, question_type, select_split
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, search_metrics
@@ -53,7 +53,10 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     "golden_answers": record.golden_answers,
                     "prediction": answer,
                     "error": error,
+                    "type": question_type(record),
                     "queries": (list(episode.search.queries) if episode else None),
+                    "searches": episode.search.num_searches if episode else 0,
+                    "generated_tokens": episode.generated_tokens if episode else 0,
                     **answer_metrics(settings.agent, record, answer),
                     **searched(record, episode),
                 }

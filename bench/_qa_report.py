@@ -1,0 +1,192 @@
+"""The multi-hop QA bench's report: ``bench/results/qa.md`` from ``qa.json`` (written by ``bench/qa.py``).
+
+Per dataset one table (methods as rows; EM and F1 with 95% bootstrap intervals over questions, searches and
+generated tokens per question, training wall time, speed and memory), the same F1 by question type, and the
+targets of the benchmark checked against the numbers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+# name -> (dataset, flat recipe, CoDA recipe)
+DATASETS = {
+    "hotpotqa": ("bundled:hotpotqa-dev", "smol-hotpotqa", "smol-coda-hotpotqa"),
+    "2wiki": ("bundled:2wiki-dev", "smol-2wiki", "smol-coda-2wiki"),
+}
+TITLES = {"hotpotqa": "HotpotQA (distractor dev, hard)", "2wiki": "2WikiMultihopQA (dev)"}
+METHODS = {
+    "zero-shot": "(a) zero-shot, search protocol",
+    "naive-rag": "(b) naive RAG, top-3, one turn",
+    "sft": "(c) SFT only",
+    "flat": "(d) flat Search-R1, GRPO + RED",
+    "coda": "(e) CoDA planner + executor, GRPO + RED",
+}
+TRAINED = ("sft", "flat", "coda")
+RL = ("flat", "coda")
+TARGET_F1 = {"hotpotqa": 0.35, "2wiki": 0.40}
+MARGIN = 0.10
+
+
+def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile-bootstrap interval (resampling the values with replacement)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(x.mean()), float(lo), float(hi)
+
+
+def per_question(runs: list[dict], key: str) -> dict[str, float]:
+    """One number per question: ``key`` averaged over the runs (seeds) that evaluated it."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        for row in run["rows"]:
+            sums[row["id"]].append(float(row[key] or 0.0))
+    return {qid: sum(v) / len(v) for qid, v in sums.items()}
+
+
+def _runs(doc: dict, dataset: str, method: str) -> list[dict]:
+    prefix = f"{dataset}/{method}"
+    return [r for key, r in sorted(doc["runs"].items()) if key == prefix or key.startswith(prefix + "/")]
+
+
+def _ci(runs: list[dict], key: str) -> tuple[float, float, float]:
+    return bootstrap_ci(list(per_question(runs, key).values()))
+
+
+def _fmt_ci(m: tuple[float, float, float]) -> str:
+    return f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}]"
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _num(x, fmt: str = "{:.1f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def _peaks(runs: list[dict]) -> str:
+    peaks: dict[str, float] = {}
+    for run in runs:
+        for name, mb in (run.get("peak_rss_mb") or {}).items():
+            peaks[name] = max(peaks.get(name, 0.0), mb)
+    order = ["trainer", "inference", "rollout", "retriever", "redis"]
+    names = sorted(peaks, key=lambda n: order.index(n) if n in order else len(order))
+    return ", ".join(f"{n} {peaks[n]:,.0f}" for n in names) or "–"
+
+
+def method_row(doc: dict, dataset: str, method: str) -> str | None:
+    runs = _runs(doc, dataset, method)
+    if not runs:
+        return None
+    per_seed = " / ".join(f"{_mean([row['f1'] for row in r['rows']]):.3f}" for r in runs) if len(runs) > 1 else ""
+    rows = [row for r in runs for row in r["rows"]]
+    trained = method in TRAINED
+    return (
+        f"| {METHODS[method]} | {len(runs)} | {len(runs[0]['rows'])} | {_fmt_ci(_ci(runs, 'em'))} | "
+        f"{_fmt_ci(_ci(runs, 'f1'))} | {per_seed or '–'} | "
+        f"{_mean([row['searches'] for row in rows]):.2f} | {_mean([row['tokens'] for row in rows]):.0f} | "
+        f"{_num(_mean([r['train_s'] for r in runs]), '{:.0f} s') if trained else '–'} | "
+        f"{_num(_mean([r.get('steps') for r in runs]), '{:.0f}') if trained else '–'} | "
+        f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | "
+        f"{_peaks(runs) if trained else '–'} |"
+    )
+
+
+def type_table(doc: dict, dataset: str) -> list[str]:
+    types: dict[str, int] = {}
+    for method in METHODS:
+        for run in _runs(doc, dataset, method)[:1]:
+            for row in run["rows"]:
+                types[row["type"]] = types.get(row["type"], 0) + 1
+        if types:
+            break
+    if not types:
+        return []
+    names = sorted(types, key=lambda t: (-types[t], t))
+    out = [
+        "| method | " + " | ".join(f"{t} (n={types[t]})" for t in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for method in METHODS:
+        runs = _runs(doc, dataset, method)
+        if not runs:
+            continue
+        cells = []
+        for t in names:
+            ids = {row["id"] for row in runs[0]["rows"] if row["type"] == t}
+            scores = [v for qid, v in per_question(runs, "f1").items() if qid in ids]
+            cells.append(_fmt_ci(bootstrap_ci(scores)))
+        out.append(f"| {METHODS[method]} | " + " | ".join(cells) + " |")
+    return out
+
+
+def targets(doc: dict, dataset: str) -> list[str]:
+    """The benchmark's bar: the best RL method above the best untrained one and SFT only by >= MARGIN F1 with
+    disjoint intervals, and held-out F1 >= TARGET_F1."""
+    f1 = {m: _ci(_runs(doc, dataset, m), "f1") for m in METHODS if _runs(doc, dataset, m)}
+    rl = [m for m in RL if m in f1]
+    if not rl:
+        return ["- no GRPO method measured yet"]
+    best = max(rl, key=lambda m: f1[m][0])
+    lines = []
+    for rivals, what in ((["zero-shot", "naive-rag"], "the best untrained method"), (["sft"], "SFT only")):
+        have = [m for m in rivals if m in f1]
+        if not have:
+            lines.append(f"- against {what}: not measured")
+            continue
+        rival = max(have, key=lambda m: f1[m][0])
+        gap = f1[best][0] - f1[rival][0]
+        disjoint = f1[best][1] > f1[rival][2]
+        ok = gap >= MARGIN and disjoint
+        lines.append(
+            f"- {METHODS[best]} − {METHODS[rival]} ({what}): F1 {gap:+.3f}, intervals "
+            f"{'disjoint' if disjoint else 'overlap'} → {'met' if ok else 'not met'} (bar: ≥ +{MARGIN:.2f}, disjoint)"
+        )
+    reached = f1[best][0] >= TARGET_F1[dataset]
+    lines.append(
+        f"- held-out F1 of {METHODS[best]}: {f1[best][0]:.3f} → {'met' if reached else 'not met'} "
+        f"(bar: ≥ {TARGET_F1[dataset]:.2f})"
+    )
+    return lines
+
+
+def write_report(doc: dict, md: Path) -> None:
+    cfg = doc["config"]
+    lines = [
+        "# Real multi-hop QA: HotpotQA and 2WikiMultihopQA, held-out dev questions",
+        "",
+        f"Written by `bench/qa.py` (raw numbers: `{md.stem}.json`); reproduce with `.venv/bin/python bench/qa.py`. "
+        f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
+        "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
+        f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "
+        "decoding. Trained methods: the same demonstrations (make-sft over the train split) and "
+        f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
+        "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
+        "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples).",
+        "",
+    ]
+    for dataset in DATASETS:
+        if not any(_runs(doc, dataset, m) for m in METHODS):
+            continue
+        lines += [
+            f"## {TITLES[dataset]}",
+            "",
+            "| method | runs | questions | EM [95% CI] | F1 [95% CI] | F1 per run | searches / q | generated "
+            "tokens / q | training wall time | steps | s / RL step | peak RSS per service (MB) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
+        lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), "", "Targets:", ""]
+        lines += targets(doc, dataset)
+        lines.append("")
+    md.write_text("\n".join(lines))

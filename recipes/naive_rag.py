@@ -1,0 +1,58 @@
+"""Naive RAG: retrieve the top-k passages for the question itself, answer in one turn (no search actions).
+
+The obvious baseline a search agent must beat (``bench/qa.py`` method b): one retriever call with the question
+as the query, the passages in the prompt (``prompts.rag_messages``), one completion. The answer is the text between ``<answer>`` tags when the model writes them, else the
+completion's first non-empty line. It trains like any agent (GRPO on the completion's tokens), but the benchmark runs it untrained.
+"""
+
+from __future__ import annotations
+
+from recipes.answers import extract_answer
+from recipes.base import Recipe, Scoring, episode_reward
+from recipes.core.context import AgentContext, Episode, SearchTrace
+from recipes.core.llm import whole_tokens
+from recipes.core.trajectory import TokenTrajectory
+from recipes.datasets import PromptRecord
+from recipes.prompts import rag_messages
+from recipes.rewards.answer import answer_reward
+from recipes.rewards.result import RewardResult
+
+
+async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
+    if ctx.retriever is None:
+        raise RuntimeError("naive-rag needs a retriever")
+    (docs,) = await ctx.retriever.retrieve([record.question], topk=ctx.topk)
+    traj = TokenTrajectory(
+        ctx.tok.render(rag_messages(record.question, [(d.title, d.text) for d in docs])), role="policy"
+    )
+    budget = ctx.budget("policy")
+    room = budget.max_context_tokens - traj.prompt_len
+    if room <= 0:
+        raise ValueError(
+            f"prompt {record.prompt_id} is {traj.prompt_len} tokens: no room under "
+            f"max_context_tokens={budget.max_context_tokens} (fewer or shorter passages: topk, max_obs_tokens)"
+        )
+    gen = await ctx.policy.generate(traj.next_prompt(), stop=list(ctx.stop), max_tokens=min(budget.max_tokens, room))
+    gen = whole_tokens(gen, ctx.tok)
+    traj.add_generation(gen)
+    traj.finish_reason = "length" if gen.finish_reason == "length" else "stop"
+    answer = extract_answer(gen.text) or next((line.strip() for line in gen.text.splitlines() if line.strip()), None)
+    return Episode(main=traj, answer=answer, search=SearchTrace.of([record.question], [[d.id for d in docs]]))
+
+
+@episode_reward
+def reward(episode: Episode, scoring: Scoring) -> RewardResult:
+    """The answer metric against the gold answers (no format terms: there is no protocol to follow)."""
+    return answer_reward(episode.answer, scoring.record.golden_answers, metric=scoring.metric)
+
+
+RECIPES = (
+    Recipe(
+        "naive-rag",
+        run_naive_rag,
+        reward="recipes.naive_rag:reward",
+        needs=frozenset({"retriever"}),
+        metric="f1",
+        description="top-k passages for the question, one answer turn (the untrained baseline of bench/qa.py)",
+    ),
+)

@@ -1,0 +1,87 @@
+"""The bundled real benchmarks (HotpotQA and 2Wiki dev): a fixed split by hashed question id that no training
+path can cross, the alias rule of 2Wiki's scoring, and the legacy set's non-dev questions kept apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recipes.answers import answer_scores
+from recipes.datasets import FIXED_SPLITS, HELDOUT, load_prompts, question_type, select_split
+from services.rollout.config import RolloutSettings
+from services.stack.config import StackSettings
+from services.trainer.make_sft import qa_rows
+
+REPO = Path(__file__).resolve().parents[3]
+# Pinned: a changed fraction or hash would move questions between the halves, and earlier results with them.
+SIZES = {"hotpotqa-dev": (615, 312), "2wiki-dev": (1305, 306)}
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_SPLITS))
+def test_the_fixed_split_holds_out_at_least_300_questions_and_never_moves(name):
+    records = load_prompts(f"bundled:{name}")
+    held = select_split(records, "eval")
+    total, n_held = SIZES[name]
+    assert len(records) == total and len(held) == n_held >= 300
+    assert all(r.split == HELDOUT and r.prompt_id.startswith(f"{name}/{HELDOUT}/") for r in held)
+    # The recipe's eval_fraction does not move a fixed split (a recipe could otherwise train on held-out ones).
+    for fraction in (0.0, 0.1, 0.9):
+        assert select_split(records, "eval", fraction) == held
+        assert select_split(records, HELDOUT, fraction) == held
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_SPLITS))
+def test_no_held_out_question_reaches_training_or_demonstrations(name):
+    source = f"bundled:{name}"
+    held = select_split(load_prompts(source), "eval")
+    held_questions = {r.question.strip().lower() for r in held}
+    # What the rollout trains on (services/rollout/app.py reads the split like this, with the recipe's fraction).
+    rollout = select_split(load_prompts(source), "train", 0.1)
+    # What make-sft demonstrates (its --split train; --limit takes the first rows of the same list).
+    demos = qa_rows(source, "train")
+    assert rollout and demos and len(rollout) + len(held) == len(load_prompts(source))
+    for question in [r.question for r in rollout] + [row["question"] for row in demos]:
+        assert question.strip().lower() not in held_questions
+    assert not {r.prompt_id for r in rollout} & {r.prompt_id for r in held}
+    assert not {row["id"] for row in demos} & {r.prompt_id for r in held}
+
+
+def test_every_shipped_recipe_on_a_benchmark_trains_on_train_and_evaluates_held_out():
+    checked = 0
+    for path in sorted((REPO / "configs").glob("*.toml")):
+        rollout = RolloutSettings.load(str(path))
+        name = rollout.dataset.removeprefix("bundled:")
+        if name not in FIXED_SPLITS:
+            continue
+        stack = StackSettings.load(str(path))
+        assert rollout.split == "train", path.name
+        assert stack.train_qa == rollout.dataset and stack.sft_split == "train", path.name
+        assert stack.eval_dataset == rollout.dataset and stack.eval_split in ("eval", HELDOUT), path.name
+        checked += 1
+    assert checked >= 3  # smol-hotpotqa, smol-2wiki, smol-coda-hotpotqa at least
+
+
+def test_2wiki_scores_the_best_alias():
+    record = next(r for r in load_prompts("bundled:2wiki-dev") if "City of Light" in r.golden_answers)
+    assert record.golden_answers[0] == "Paris"
+    assert answer_scores("City of Light", record.golden_answers)["em"] == 1.0
+    assert answer_scores("the city of light", record.golden_answers)["f1"] == 1.0
+    # F1 is the max over aliases, not over their union: "Paris France" matches "Paris, France" exactly.
+    assert answer_scores("Paris France", record.golden_answers)["f1"] == 1.0
+    assert answer_scores("Lyon", record.golden_answers)["f1"] == 0.0
+
+
+def test_question_types_are_read_from_the_data():
+    hotpot = {question_type(r) for r in load_prompts("bundled:hotpotqa-dev")}
+    wiki = {question_type(r) for r in load_prompts("bundled:2wiki-dev")}
+    assert hotpot == {"bridge", "comparison"}
+    assert {"compositional", "comparison", "inference", "bridge_comparison", "unknown"} == wiki
+
+
+def test_the_legacy_sets_non_dev_questions_are_never_reported_as_hotpotqa():
+    records = load_prompts("bundled:hotpotqa")
+    non_dev = [r for r in records if r.data_source == "hotpotqa-nondev"]
+    assert len(non_dev) == 100 and all(r.metadata["source"] == "amor_dev_distractor" for r in non_dev)
+    dev_ids = {r.prompt_id.rsplit("/", 1)[-1] for r in load_prompts("bundled:hotpotqa-dev")}
+    assert not {r.prompt_id.rsplit("/", 1)[-1] for r in non_dev} & dev_ids

@@ -1,0 +1,72 @@
+"""bench/_qa_report.py: the bootstrap interval against numbers worked out by hand, seeds pooled per question,
+and the targets judged from the intervals (a report that could not say "not met" would check nothing)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPORT = Path(__file__).resolve().parents[2] / "bench" / "_qa_report.py"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("_qa_report", REPORT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_qa_report"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("_qa_report", None)
+
+
+def test_bootstrap_interval_of_a_constant_is_the_constant(report):
+    assert report.bootstrap_ci([0.25] * 40) == (0.25, 0.25, 0.25)
+
+
+def test_bootstrap_interval_matches_the_normal_approximation(report):
+    # 100 questions, half right: mean 0.5, standard error sqrt(0.25 / 100) = 0.05, so 95% ≈ 0.5 ± 0.098.
+    mean, lo, hi = report.bootstrap_ci([0.0] * 50 + [1.0] * 50, n_boot=4000)
+    assert mean == 0.5
+    assert lo == pytest.approx(0.402, abs=0.015) and hi == pytest.approx(0.598, abs=0.015)
+
+
+def test_seeds_are_pooled_per_question(report):
+    runs = [{"rows": [{"id": "a", "f1": 1.0}, {"id": "b", "f1": 0.0}]}, {"rows": [{"id": "a", "f1": 0.5}]}]
+    assert report.per_question(runs, "f1") == {"a": 0.75, "b": 0.0}
+
+
+def _run(f1s, train_s=0.0, types=None):
+    types = types or ["bridge"] * len(f1s)
+    rows = [
+        {"id": str(i), "type": t, "em": float(f == 1.0), "f1": f, "searches": 1, "tokens": 20, "hit": 1.0}
+        for i, (f, t) in enumerate(zip(f1s, types, strict=True))
+    ]
+    return {"rows": rows, "train_s": train_s, "steps": 10, "s_per_rl_step": 12.0, "peak_rss_mb": {"trainer": 2000.0}}
+
+
+def test_targets_say_met_only_when_the_gap_and_disjoint_intervals_hold(report, tmp_path):
+    low, high = [0.0] * 80 + [1.0] * 20, [0.0] * 40 + [1.0] * 60  # F1 0.20 against 0.60
+    doc = {
+        "config": {"train_s": 600, "warm_steps": 10, "limit": None, "seeds": [0, 1]},
+        "runs": {
+            "hotpotqa/zero-shot": _run(low),
+            "hotpotqa/naive-rag": _run(low),
+            "hotpotqa/sft/0": _run(low, 600),
+            "hotpotqa/flat/0": _run(high, 600),
+            "hotpotqa/flat/1": _run(high, 600),
+        },
+    }
+    lines = report.targets(doc, "hotpotqa")
+    assert sum("→ met" in line for line in lines) == 3  # both gaps, and 0.60 >= 0.35
+    md = tmp_path / "qa.md"
+    report.write_report(doc, md)
+    text = md.read_text()
+    assert "| (d) flat Search-R1, GRPO + RED | 2 | 100 |" in text and "bridge (n=100)" in text
+    assert "## 2WikiMultihopQA" not in text  # no runs, no section
+    near = [0.0] * 72 + [1.0] * 28  # F1 0.28: +0.08 over the untrained methods, under the 0.35 bar
+    doc["runs"]["hotpotqa/flat/0"] = doc["runs"]["hotpotqa/flat/1"] = _run(near, 600)
+    lines = report.targets(doc, "hotpotqa")
+    assert [line.endswith(")") and "→ not met" in line for line in lines] == [True, True, True]
