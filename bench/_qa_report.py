@@ -53,8 +53,17 @@ def per_question(runs: list[dict], key: str) -> dict[str, float]:
 
 
 def _runs(doc: dict, dataset: str, method: str) -> list[dict]:
-    prefix = f"{dataset}/{method}"
-    return [r for key, r in sorted(doc["runs"].items()) if key == prefix or key.startswith(prefix + "/")]
+    """The runs of one method on one dataset, every one restricted to the questions that every run of every
+    method of that dataset evaluated (a method evaluated on more questions earlier is compared on the same
+    ones as the rest)."""
+
+    def of(m: str) -> list[dict]:
+        prefix = f"{dataset}/{m}"
+        return [r for key, r in sorted(doc["runs"].items()) if key == prefix or key.startswith(prefix + "/")]
+
+    every = [run for m in METHODS for run in of(m)]
+    common = set.intersection(*({row["id"] for row in run["rows"]} for run in every)) if every else set()
+    return [{**run, "rows": [row for row in run["rows"] if row["id"] in common]} for run in of(method)]
 
 
 def _ci(runs: list[dict], key: str) -> tuple[float, float, float]:

@@ -42,6 +42,7 @@ import psutil  # noqa: E402
 from recipes import get_recipe  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
 from services.stack.prepare import Layout  # noqa: E402
+from services.stack.processes import threads_for  # noqa: E402
 from services.stack.report import read_eval, read_log  # noqa: E402
 from services.stack.supervisor import Supervisor  # noqa: E402
 from services.stack.train import LocalStack  # noqa: E402
@@ -88,10 +89,19 @@ class Bench:
         return LocalStack(recipe, settings, run=run, layout=layout, say=say)
 
     def evaluate(self, stack: LocalStack, sup: Supervisor, dataset: str, policy: str, **env: str) -> dict:
+        """The greedy held-out eval, alone on the machine: the inference server is restarted with every core
+        (during training it has one, beside the trainer), and the last published adapter loaded into it."""
+        serving = next(s for s in sup.services if s.name == "inference")
+        sup.stop(serving)
+        fresh = stack.inference_service()
+        fresh.env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+        sup.start(fresh)
+        if policy == "live":
+            reload_last_adapter(stack)
         out = stack.layout.evals / "final"
         args = ["services.rollout", "eval", "--dataset", DATASETS[dataset][0], "--split", "eval"]
         args += ["--eval-output", str(out), "--eval-policy", policy]
-        args += ["--eval-limit", str(self.a.limit)] if self.a.limit else []
+        args += ["--eval-limit", str(self.a.limit)] if self.a.limit else []  # the first N, in file order
         started = time.time()
         stack.job(sup, "eval", args, **env)
         result = read_eval(out)
@@ -118,6 +128,8 @@ class Bench:
     def train_for(self, stack: LocalStack, sup: Supervisor, seconds: float, rl: bool, peaks: dict, **env: str) -> float:
         """Trainer (+ rollout when ``rl``) until ``seconds`` have passed or the trainer exits (``max_steps``);
         returns the seconds they ran. ``peaks`` collects each service's peak RSS (MB, with its children)."""
+        if not rl:  # demonstrations only: the trainer is alone, as make train's warm start (every core)
+            env.setdefault("OMP_NUM_THREADS", str(threads_for("trainer", alone=True)))
         started = time.time()
         trainer = sup.start(stack.trainer_service(**env))
         rollout = (
@@ -216,6 +228,25 @@ class Bench:
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
 
 
+def reload_last_adapter(stack: LocalStack) -> None:
+    """Load the adapter the trainer published last into the (restarted) inference server, under its name."""
+    import redis
+
+    from shared.inference_client import SyncInferenceClient
+    from shared.protocol import WeightUpdate
+    from shared.stream import decode
+
+    client = redis.Redis(port=stack.ports.redis)
+    last = client.xrevrange("weights", count=1)
+    client.close()
+    if not last:
+        raise RuntimeError("the trainer published no weights")
+    update = decode(WeightUpdate, last[0][1])
+    if update.kind != "lora":
+        raise RuntimeError(f"bench/qa.py evaluates LoRA runs; the last publish was {update.kind}")
+    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(update.model_name, update.path)
+
+
 def tree_rss_mb(pid: int) -> float:
     try:
         proc = psutil.Process(pid)
@@ -250,7 +281,12 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="one run of each trained method per seed")
     p.add_argument("--train-s", type=float, default=600.0, help="training wall time of each trained run")
     p.add_argument("--warm-steps", type=int, default=10, help="SFT-only steps before GRPO + RED (inside --train-s)")
-    p.add_argument("--limit", type=int, default=None, help="evaluate the first N held-out questions (default: all)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=150,
+        help="evaluate the first N held-out questions (default 150: all 312 take 8-10 min a method here; 0: all)",
+    )
     p.add_argument("--fresh", action="store_true", help="forget qa.json's runs and measure them again")
     p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")

@@ -160,11 +160,15 @@ class StackProcesses:
                 sup.stop(service)
 
 
-def threads_for(service: str) -> int:
+def threads_for(service: str, alone: bool = False) -> int:
     """Torch/OpenMP threads of one service. Every service shares the machine with the others, and torch's
     default (one thread per core each) makes them spin against one another: measured here, a trainer with 2
     threads beside the inference server and the rollout on 2 cores was 3–5× slower per step than with 1. The
-    trainer, the heaviest, gets half the cores; the rest one each. ``OMP_NUM_THREADS`` set by the user wins."""
+    trainer, the heaviest, gets half the cores; the rest one each. ``alone``: nothing else computes meanwhile
+    (a trainer on demonstrations only: no rollouts, no eval), so it gets every core. ``OMP_NUM_THREADS`` set by
+    the user wins."""
+    if alone:
+        return os.cpu_count() or 1
     return max(1, (os.cpu_count() or 2) // 2) if service == "trainer" else 1
 
 

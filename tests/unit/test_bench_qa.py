@@ -70,3 +70,11 @@ def test_targets_say_met_only_when_the_gap_and_disjoint_intervals_hold(report, t
     doc["runs"]["hotpotqa/flat/0"] = doc["runs"]["hotpotqa/flat/1"] = _run(near, 600)
     lines = report.targets(doc, "hotpotqa")
     assert [line.endswith(")") and "→ not met" in line for line in lines] == [True, True, True]
+
+
+def test_methods_are_compared_on_the_questions_all_of_them_evaluated(report):
+    wide = _run([1.0] * 50 + [0.0] * 50)  # an earlier run over 100 questions
+    narrow = _run([0.0] * 40)  # the others over the first 40
+    doc = {"runs": {"2wiki/zero-shot": wide, "2wiki/flat/0": narrow}}
+    (zero_shot,) = report._runs(doc, "2wiki", "zero-shot")
+    assert len(zero_shot["rows"]) == 40 and report.per_question([zero_shot], "f1") == {str(i): 1.0 for i in range(40)}

@@ -33,6 +33,7 @@ def test_each_service_gets_a_thread_count_that_fits(monkeypatch):
     assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [1, 1, 1]
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [8, 1, 1]
+    assert threads_for("trainer", alone=True) == 16  # demonstrations only: nothing else computes
 
 
 def test_a_demonstration_budget_reaches_make_sft_and_has_its_own_cache_file(tmp_path):
