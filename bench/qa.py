@@ -94,7 +94,8 @@ class Bench:
         serving = next(s for s in sup.services if s.name == "inference")
         sup.stop(serving)
         fresh = stack.inference_service()
-        fresh.env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+        cores = str(os.cpu_count() or 1)
+        fresh.env.update(OMP_NUM_THREADS=cores, CODA_INFERENCE_THREADS=cores)  # the server's own default is 1
         sup.start(fresh)
         if policy == "live":
             reload_last_adapter(stack)
