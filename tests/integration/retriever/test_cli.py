@@ -85,3 +85,30 @@ def test_faiss_factories_search_and_never_pad(factory, one_faiss_thread):
     assert ids.shape == (5, 500)
     assert ids[:, 0].tolist() == [0, 1, 2, 3, 4] or factory.endswith("PQ8x4")  # a vector finds itself
     assert np.all(np.isneginf(scores[ids < 0])) and np.all(np.isfinite(scores[ids >= 0]))
+
+
+def test_build_reads_an_xz_corpus_and_encodes_only_the_rows_after_the_given_vectors(tmp_path):
+    """The bundled real corpora ship as .jsonl.xz; HotpotQA dev's begins with the rows whose vectors ship."""
+    import lzma
+
+    from services.retriever.build import BuildOptions, _passage_vectors
+    from services.retriever.corpus import read_jsonl
+    from services.retriever.encoder import Encoder
+
+    lines = CORPUS.read_text().splitlines()[:12]
+    corpus, emb = tmp_path / "corpus.jsonl.xz", tmp_path / "emb.npy"
+    with lzma.open(corpus, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    np.save(emb, np.load(EMBEDDINGS)[:8])  # vectors for the first 8 of 12 rows
+    contents = [row["contents"] for row in read_jsonl(corpus)]
+    assert contents == [json.loads(line)["contents"] for line in lines]
+    vectors, meta = _passage_vectors(BuildOptions(corpus=corpus, out=tmp_path, embeddings=emb), contents)
+    assert vectors.shape == (12, 384) and meta["given"] == 8
+    given = np.load(EMBEDDINGS)[:8].astype(np.float32)
+    np.testing.assert_allclose(vectors[:8], given / np.linalg.norm(given, axis=1, keepdims=True), atol=1e-6)
+    encoded = Encoder("all-MiniLM-L6-v2").encode_passages(contents, show_progress=False)
+    np.testing.assert_allclose(vectors[8:], encoded[8:], atol=1e-4)
+    # Mixing is sound: the shipped (fp16) vectors are what this encoder gives for their rows.
+    assert float(np.min(np.sum(vectors[:8] * encoded[:8], axis=1))) > 0.999
+    with pytest.raises(ValueError, match="do not match"):
+        _passage_vectors(BuildOptions(corpus=corpus, out=tmp_path, embeddings=emb), contents[:4])
