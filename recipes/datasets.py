@@ -94,18 +94,20 @@ def read_flashrag_jsonl(path: str | Path, data_source: str | None = None) -> lis
     for i, row in enumerate(_read_jsonl(path)):
         if "question" not in row or "golden_answers" not in row:
             raise ValueError(f"{path} row {i}: FlashRAG rows need 'question' and 'golden_answers'")
-        golds = row["golden_answers"]
-        out.append(
-            PromptRecord(
-                prompt_id=f"{source}/{split or 'all'}/{row.get('id', i)}",
-                question=str(row["question"]),
-                golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
-                data_source=source,
-                split=split,
-                metadata=row.get("metadata") or {},
-            )
-        )
+        out.append(_flashrag_record(row, source, split, row.get("id", i)))
     return out
+
+
+def _flashrag_record(row: dict[str, Any], source: str, split: str, row_id: object) -> PromptRecord:
+    golds = row["golden_answers"]
+    return PromptRecord(
+        prompt_id=f"{source}/{split or 'all'}/{row_id}",
+        question=str(row["question"]),
+        golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
+        data_source=source,
+        split=split,
+        metadata=row.get("metadata") or {},
+    )
 
 
 def read_prompt_jsonl(path: str | Path, prompt_field: str, gold_field: str | None = None) -> list[PromptRecord]:
@@ -279,16 +281,7 @@ def load_bundled(name: str) -> list[PromptRecord]:
 
 def _fixed_split(row: dict[str, Any], name: str, fraction: float) -> PromptRecord:
     qid = str(row["id"])
-    split = HELDOUT if held_out(qid, fraction) else "train"
-    golds = row["golden_answers"]
-    return PromptRecord(
-        prompt_id=f"{name}/{split}/{qid}",
-        question=str(row["question"]),
-        golden_answers=[golds] if isinstance(golds, str) else [str(g) for g in golds],
-        data_source=name,
-        split=split,
-        metadata=row.get("metadata") or {},
-    )
+    return _flashrag_record(row, name, HELDOUT if held_out(qid, fraction) else "train", qid)
 
 
 def question_type(record: PromptRecord) -> str:

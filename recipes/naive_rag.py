@@ -10,33 +10,19 @@ from __future__ import annotations
 from recipes.answers import extract_answer
 from recipes.base import Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace
-from recipes.core.llm import whole_tokens
-from recipes.core.trajectory import TokenTrajectory
 from recipes.datasets import PromptRecord
 from recipes.prompts import rag_messages
 from recipes.rewards.answer import answer_reward
 from recipes.rewards.result import RewardResult
+from recipes.single_turn import complete_once
 
 
 async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
     if ctx.retriever is None:
         raise RuntimeError("naive-rag needs a retriever")
     (docs,) = await ctx.retriever.retrieve([record.question], topk=ctx.topk)
-    traj = TokenTrajectory(
-        ctx.tok.render(rag_messages(record.question, [(d.title, d.text) for d in docs])), role="policy"
-    )
-    budget = ctx.budget("policy")
-    room = budget.max_context_tokens - traj.prompt_len
-    if room <= 0:
-        raise ValueError(
-            f"prompt {record.prompt_id} is {traj.prompt_len} tokens: no room under "
-            f"max_context_tokens={budget.max_context_tokens} (fewer or shorter passages: topk, max_obs_tokens)"
-        )
-    gen = await ctx.policy.generate(traj.next_prompt(), stop=list(ctx.stop), max_tokens=min(budget.max_tokens, room))
-    gen = whole_tokens(gen, ctx.tok)
-    traj.add_generation(gen)
-    traj.finish_reason = "length" if gen.finish_reason == "length" else "stop"
-    answer = extract_answer(gen.text) or next((line.strip() for line in gen.text.splitlines() if line.strip()), None)
+    traj, text = await complete_once(ctx, record, rag_messages(record.question, [(d.title, d.text) for d in docs]))
+    answer = extract_answer(text) or next((line.strip() for line in text.splitlines() if line.strip()), None)
     return Episode(main=traj, answer=answer, search=SearchTrace.of([record.question], [[d.id for d in docs]]))
 
 

@@ -13,12 +13,14 @@ from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import whole_tokens
 from recipes.core.trajectory import TokenTrajectory
 from recipes.datasets import PromptRecord
+from recipes.prompts import Messages
 from recipes.rewards.answer import answer_reward
 from recipes.rewards.result import RewardResult
 
 
-async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
-    traj = TokenTrajectory(ctx.tok.render([{"role": "user", "content": record.question}]), role="policy")
+async def complete_once(ctx: AgentContext, record: PromptRecord, messages: Messages) -> tuple[TokenTrajectory, str]:
+    """One policy completion of ``messages`` within the policy's budget; the trajectory and the text."""
+    traj = TokenTrajectory(ctx.tok.render(messages), role="policy")
     budget = ctx.budget("policy")
     room = budget.max_context_tokens - traj.prompt_len
     if room <= 0:
@@ -30,7 +32,12 @@ async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
     gen = whole_tokens(gen, ctx.tok)
     traj.add_generation(gen)
     traj.finish_reason = "length" if gen.finish_reason == "length" else "stop"
-    return Episode(main=traj, answer=gen.text.strip() or None)
+    return traj, gen.text
+
+
+async def run_single_turn(ctx: AgentContext, record: PromptRecord) -> Episode:
+    traj, text = await complete_once(ctx, record, [{"role": "user", "content": record.question}])
+    return Episode(main=traj, answer=text.strip() or None)
 
 
 @episode_reward
