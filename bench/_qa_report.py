@@ -178,7 +178,9 @@ def write_report(doc: dict, md: Path) -> None:
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
         "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "
-        "decoding. Trained methods: the same demonstrations (make-sft over the train split) and "
+        f"decoding. Seeds of this run: {', '.join(map(str, cfg.get('seeds', [])))}; a method missing below was not run "
+        "(`--methods`). "
+        "Trained methods: the same demonstrations (make-sft over the train split) and "
         f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
         "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
         "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples).",
