@@ -1,19 +1,19 @@
 """Naive RAG: retrieve the top-k passages for the question itself, answer in one turn (no search actions).
 
 The obvious baseline a search agent must beat (``bench/qa.py`` method b): one retriever call with the question
-as the query, the passages in the prompt (``prompts.rag_messages``), one completion. The answer is the text between ``<answer>`` tags when the model writes them, else the
-completion's first non-empty line. It trains like any agent (GRPO on the completion's tokens), but the benchmark runs it untrained.
+as the query, the passages in the prompt (``prompts.rag_messages``), one completion. The answer is the text
+between ``<answer>`` tags when the model writes them, else the completion's first non-empty line. Its reward
+is single-turn's (the answer metric). It trains like any agent (GRPO on the completion's tokens), but the
+benchmark runs it untrained.
 """
 
 from __future__ import annotations
 
 from recipes.answers import extract_answer
-from recipes.base import Recipe, Scoring, episode_reward
+from recipes.base import Recipe
 from recipes.core.context import AgentContext, Episode, SearchTrace
 from recipes.datasets import PromptRecord
 from recipes.prompts import rag_messages
-from recipes.rewards.answer import answer_reward
-from recipes.rewards.result import RewardResult
 from recipes.single_turn import complete_once
 
 
@@ -26,17 +26,11 @@ async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
     return Episode(main=traj, answer=answer, search=SearchTrace.of([record.question], [[d.id for d in docs]]))
 
 
-@episode_reward
-def reward(episode: Episode, scoring: Scoring) -> RewardResult:
-    """The answer metric against the gold answers (no format terms: there is no protocol to follow)."""
-    return answer_reward(episode.answer, scoring.record.golden_answers, metric=scoring.metric)
-
-
 RECIPES = (
     Recipe(
         "naive-rag",
         run_naive_rag,
-        reward="recipes.naive_rag:reward",
+        reward="recipes.single_turn:reward",  # the answer metric alone: there is no protocol to score
         needs=frozenset({"retriever"}),
         metric="f1",
         description="top-k passages for the question, one answer turn (the untrained baseline of bench/qa.py)",
