@@ -53,6 +53,20 @@ class Run:
     records: list[dict] = field(default_factory=list)  # lets --rescore recompute every metric later
 
 
+def tree_rss(pid: int) -> int:
+    """Summed RSS (bytes) of a process and all its descendants now; 0 once it has exited."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # exited since listed
+            total += p.memory_info().rss
+    return total
+
+
 class TreeSampler(threading.Thread):
     """Peak summed RSS of a process and all its descendants, and the highest 1-min load average seen."""
 
@@ -64,20 +78,8 @@ class TreeSampler(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            return
         while not self.done.is_set():
-            total = 0
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                break
-            for p in procs:
-                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # exited since listed
-                    total += p.memory_info().rss
-            self.peak = max(self.peak, total)
+            self.peak = max(self.peak, tree_rss(self.pid))
             self.load_max = max(self.load_max, os.getloadavg()[0])
             self.done.wait(self.every_s)
 

@@ -112,29 +112,23 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
 
 
 def type_table(doc: dict, dataset: str) -> list[str]:
-    types: dict[str, int] = {}
-    for method in METHODS:
-        for run in _runs(doc, dataset, method)[:1]:
-            for row in run["rows"]:
-                types[row["type"]] = types.get(row["type"], 0) + 1
-        if types:
-            break
-    if not types:
+    measured = [runs for m in METHODS if (runs := _runs(doc, dataset, m))]
+    if not measured:
         return []
-    names = sorted(types, key=lambda t: (-types[t], t))
+    types: dict[str, set[str]] = defaultdict(set)  # type -> question ids (the same for every method)
+    for row in measured[0][0]["rows"]:
+        types[row["type"]].add(row["id"])
+    names = sorted(types, key=lambda t: (-len(types[t]), t))
     out = [
-        "| method | " + " | ".join(f"{t} (n={types[t]})" for t in names) + " |",
+        "| method | " + " | ".join(f"{t} (n={len(types[t])})" for t in names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for method in METHODS:
         runs = _runs(doc, dataset, method)
         if not runs:
             continue
-        cells = []
-        for t in names:
-            ids = {row["id"] for row in runs[0]["rows"] if row["type"] == t}
-            scores = [v for qid, v in per_question(runs, "f1").items() if qid in ids]
-            cells.append(_fmt_ci(bootstrap_ci(scores)))
+        f1 = per_question(runs, "f1")
+        cells = [_fmt_ci(bootstrap_ci([f1[qid] for qid in sorted(types[t])])) for t in names]
         out.append(f"| {METHODS[method]} | " + " | ".join(cells) + " |")
     return out
 

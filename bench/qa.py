@@ -49,6 +49,7 @@ from services.stack.train import LocalStack  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
+from _peer_trl_parts import tree_rss  # noqa: E402
 from _qa_report import DATASETS, METHODS, TRAINED, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -142,8 +143,8 @@ class Bench:
             for other in sup.services:
                 if other is not trainer and other.proc.poll() is not None:
                     raise RuntimeError(f"{other.name} exited with {other.proc.returncode}:\n{other.tail()}")
-                peaks[other.name] = max(peaks.get(other.name, 0.0), tree_rss_mb(other.proc.pid))
-            peaks["trainer"] = max(peaks.get("trainer", 0.0), tree_rss_mb(trainer.proc.pid))
+                peaks[other.name] = max(peaks.get(other.name, 0.0), tree_rss(other.proc.pid) / 2**20)
+            peaks["trainer"] = max(peaks.get("trainer", 0.0), tree_rss(trainer.proc.pid) / 2**20)
             time.sleep(0.5)
         if rollout is not None:
             sup.stop(rollout)
@@ -246,14 +247,6 @@ def reload_last_adapter(stack: LocalStack) -> None:
     if update.kind != "lora":
         raise RuntimeError(f"bench/qa.py evaluates LoRA runs; the last publish was {update.kind}")
     SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(update.model_name, update.path)
-
-
-def tree_rss_mb(pid: int) -> float:
-    try:
-        proc = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
-    except psutil.Error:
-        return 0.0
 
 
 def step_stats(log_file: Path) -> dict:
