@@ -103,6 +103,7 @@ def completion_body(
     max_tokens: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     stop: list[str] | None = None,
     n: int = 1,
     seed: int | None = None,
@@ -110,13 +111,15 @@ def completion_body(
     logprobs: bool = True,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The request body ``complete`` sends; ``extra`` passes any other vLLM field (e.g. ``cache_salt``)."""
+    """The request body ``complete`` sends; ``extra`` passes any other vLLM field (e.g. ``cache_salt``).
+    ``top_k``: keep the k most likely tokens, 0 = off (what vLLM and our server also take for 0)."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "top_p": top_p,
+        "top_k": top_k,
         "n": n,
         "stop": list(stop or []),
         "include_stop_str_in_output": include_stop_str_in_output,

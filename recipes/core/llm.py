@@ -75,6 +75,7 @@ class Generator(Protocol):
 class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: off
 
     @classmethod
     def greedy(cls) -> Sampling:
@@ -132,6 +133,7 @@ class PolicyGenerator:
                 stop=list(stop),
                 temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p,
+                top_k=self.sampling.top_k,
             )
             # Our server reports the base-weight version it sampled with; after a full reload that is the truth
             # even if the reload landed while the request was queued. vLLM does not report it.
@@ -168,6 +170,7 @@ class FrozenGenerator:
             stop=list(stop),
             temperature=self.sampling.temperature,
             top_p=self.sampling.top_p,
+            top_k=self.sampling.top_k,
         )
         return _generation(out.choices[0], -1)
 

@@ -94,6 +94,12 @@ class RolloutSettings(ServiceSettings):
     )
     temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="Policy nucleus sampling mass")
+    top_k: int = Field(
+        0,
+        ge=0,
+        description="Policy top-k sampling: keep the k most likely tokens (0: off, the inference server's own "
+        "default), sent with every completion request",
+    )
     frozen_temperature: float = Field(0.0, ge=0, description="Frozen worker temperature (0: greedy, stable reward)")
 
     # ------------------------------------------------------------ turn budgets

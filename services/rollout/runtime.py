@@ -56,7 +56,7 @@ async def agent_context(
         else None
     )
     state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
-    sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p)
+    sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p, settings.top_k)
     frozen = FrozenGenerator(
         llm, settings.frozen_model_name or settings.model_name, Sampling(settings.frozen_temperature, 1.0)
     )
