@@ -241,7 +241,10 @@ def load_prompts(source: str, prompt_field: str | None = None, gold_field: str |
     with ``prompt_field``, from any JSONL (``read_prompt_jsonl``)."""
     if prompt_field:
         if not Path(source).is_file():
-            raise FileNotFoundError(f"dataset not found: {source} (prompt_field reads a JSONL file)")
+            raise FileNotFoundError(
+                f"dataset not found: {source} (a prompt field is named, so it must be a JSONL file; "
+                "bundled: and synthetic: datasets are loaded by name, without one)"
+            )
         return read_prompt_jsonl(source, prompt_field, gold_field)
     if source.startswith("bundled:"):
         return load_bundled(source.split(":", 1)[1])

@@ -14,7 +14,6 @@ import socket
 import redis
 from fastapi import FastAPI
 
-from recipes.datasets import load_prompts, select_split
 from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
@@ -36,11 +35,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         client = redis.Redis.from_url(settings.redis_url)
-        records = select_split(
-            load_prompts(settings.dataset, settings.prompt_field, settings.gold_field),
-            settings.split,
-            settings.eval_fraction,
-        )
+        records = settings.records()
         async with agent_context(settings, tok=tok) as ctx:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
             if settings.admission_scope == "redis":

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from recipes import RECIPES, Recipe, get_recipe, load_reward
 from recipes.core.turns import Budget
+from recipes.datasets import PromptRecord, load_prompts, select_split
 from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
 
 
@@ -71,9 +72,14 @@ class RolloutSettings(ServiceSettings):
         "bundled:lookup", description="Prompts: a .parquet/.jsonl path, bundled:NAME or synthetic:arithmetic[:N]"
     )
     prompt_field: str | None = Field(
-        None, description="Read any JSONL: the field holding each row's prompt (the row is kept whole for rewards)"
+        None,
+        description="Read any JSONL: the field holding each row's prompt (the row is kept whole for rewards; "
+        "none or '': the dataset is loaded by name). Only for dataset: the held-out eval of make train has its own "
+        "([stack] eval_prompt_field)",
     )
-    gold_field: str | None = Field(None, description="With prompt_field: the field of the gold answer(s), if any")
+    gold_field: str | None = Field(
+        None, description="With prompt_field: the field of the gold answer(s), if any (none or '': none)"
+    )
     split: str = Field("all", description="train | eval (hashed split of one file) | all | a row split name")
     eval_fraction: float = Field(0.1, ge=0, le=1, description="Share of prompt ids held out by split=eval")
     seed: int = Field(0, description="Shuffle seed of the prompt order")
@@ -156,6 +162,13 @@ class RolloutSettings(ServiceSettings):
         get_recipe(value)  # a ValueError naming the known agents
         return value
 
+    @field_validator("prompt_field", "gold_field")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        # '' is how a command line says "none": make train's eval passes it so that [rollout]'s field, which
+        # names a field of the training dataset, is not applied to the eval dataset.
+        return value or None
+
     @field_validator("reward")
     @classmethod
     def _loadable_reward(cls, value: str | None) -> str | None:
@@ -170,6 +183,12 @@ class RolloutSettings(ServiceSettings):
     @property
     def reward_spec(self) -> str:
         return self.reward or self.recipe.reward
+
+    def records(self) -> list[PromptRecord]:
+        """The prompts of ``split`` of ``dataset``: what ``serve`` trains on, what ``eval`` asks (and what
+        ``make train`` loads once before anything starts, to fail early)."""
+        records = load_prompts(self.dataset, self.prompt_field, self.gold_field)
+        return select_split(records, self.split, self.eval_fraction)
 
     def budgets(self) -> dict[str, Budget]:
         main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)

@@ -15,7 +15,7 @@ import redis
 
 from recipes.core.context import Episode
 from recipes.core.llm import PolicyState
-from recipes.datasets import PromptRecord, load_prompts, question_type, select_split
+from recipes.datasets import PromptRecord, question_type
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, search_metrics
@@ -115,11 +115,7 @@ def format_table(result: dict) -> str:
 
 def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     """Run the split, write the JSON file; returns its path and the result (``format_table`` renders it)."""
-    records = select_split(
-        load_prompts(settings.dataset, settings.prompt_field, settings.gold_field),
-        settings.split,
-        settings.eval_fraction,
-    )
+    records = settings.records()
     if settings.eval_limit:
         records = records[: settings.eval_limit]
     if not records:

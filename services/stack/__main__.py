@@ -76,13 +76,20 @@ def train_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from services.stack import runs
+    from services.stack.prepare import check_datasets
     from services.stack.progress import Display
     from services.stack.supervisor import ServiceFailed
     from services.stack.train import LocalStack
+    from services.trainer.config import TrainerSettings
     from shared.log import configure_logging
 
     settings = StackSettings.from_args(args)
     display = Display()
+    try:  # before a run folder is made or anything starts: a bad dataset would end the run at its first step
+        check_datasets(args.recipe, settings, training=not TrainerSettings.load(args.recipe).sft_only)
+    except (ValueError, FileNotFoundError) as exc:
+        display.say(f"FAILED: {exc}")
+        return 2
     try:
         choice = runs.choose(Path(settings.run_root), args.recipe, resume=args.resume, new=args.new)
     except FileNotFoundError as exc:
@@ -116,13 +123,18 @@ def say(message: str, who: str = "make train") -> None:
 
 def prepare(args: argparse.Namespace) -> int:
     """Compose's `prepare` job: ``LocalStack.prepare_all`` into the recipe's paths, servers stopped after."""
-    from services.stack.prepare import COMPOSE_ROOT, Layout
+    from services.stack.prepare import COMPOSE_ROOT, Layout, check_datasets
     from services.stack.supervisor import ServiceFailed, Supervisor
     from services.stack.train import LocalStack
     from shared.log import configure_logging
 
     configure_logging()
     settings = StackSettings.from_args(args)
+    try:  # the eval dataset only: the training prompts are the rollout container's, read where it runs
+        check_datasets(args.recipe, settings, training=False)
+    except ValueError as exc:
+        say(f"FAILED: {exc}", "prepare")
+        return 1
     if args.setting__run_root is None:  # its logs and tokenizer text, next to the volumes' other runs
         settings = settings.model_copy(update={"run_root": str(COMPOSE_ROOT / "prepare")})
     stack = LocalStack(

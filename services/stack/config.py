@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.settings import ServiceSettings, service_config
 
@@ -23,7 +23,19 @@ class StackSettings(ServiceSettings):
     )
     corpus: str = Field("data/lookup/corpus.jsonl", description="Corpus the retriever indexes (wiki-18 JSONL)")
     train_qa: str = Field("data/lookup/train.jsonl", description="Training questions (FlashRAG JSONL)")
-    eval_dataset: str = Field("bundled:lookup-test", description="Held-out prompts for the greedy evals")
+    eval_dataset: str = Field(
+        "bundled:lookup-test",
+        description="Held-out prompts for the greedy evals: a .parquet/.jsonl path, bundled:NAME or "
+        "synthetic:arithmetic[:N] ([rollout] prompt_field and gold_field are not used for it: eval_prompt_field)",
+    )
+    eval_prompt_field: str | None = Field(
+        None,
+        description="Read eval_dataset as any JSONL: the field holding each row's prompt (none: eval_dataset is "
+        "loaded by name, like [rollout] dataset without prompt_field)",
+    )
+    eval_gold_field: str | None = Field(
+        None, description="With eval_prompt_field: the field of eval_dataset's gold answer(s), if any"
+    )
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
     eval_split: str = Field(
         "all",
@@ -89,3 +101,9 @@ class StackSettings(ServiceSettings):
         120, gt=0, description="Seconds the trainer gets on Ctrl-C to write its checkpoint before it is killed"
     )
     progress_every_s: float = Field(15, gt=0, description="Seconds between progress lines")
+
+    @model_validator(mode="after")
+    def _gold_needs_a_prompt_field(self) -> StackSettings:
+        if self.eval_gold_field and not self.eval_prompt_field:
+            raise ValueError("[stack] eval_gold_field needs eval_prompt_field (the field holding the prompt)")
+        return self

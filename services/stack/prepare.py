@@ -216,11 +216,48 @@ def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt:
     )
 
 
+def eval_overrides(stack: StackSettings) -> dict[str, str]:
+    """The ``[rollout]`` settings the held-out eval replaces with the stack's: its prompts are not the training
+    prompts, so neither are their fields ('' = none: ``eval_dataset`` is loaded by name, and the recipe's
+    ``[rollout] prompt_field`` of the training file is not applied to it)."""
+    return {
+        "dataset": stack.eval_dataset,
+        "split": stack.eval_split,
+        "prompt_field": stack.eval_prompt_field or "",
+        "gold_field": stack.eval_gold_field or "",
+    }
+
+
 def eval_args(stack: StackSettings, out: Path) -> list[str]:
     """The greedy held-out eval (what make train prints at step 0 and at the end)."""
-    args = ["services.rollout", "eval", "--dataset", stack.eval_dataset, "--split", stack.eval_split]
+    args = ["services.rollout", "eval"]
+    for key, value in eval_overrides(stack).items():
+        args += ["--" + key.replace("_", "-"), value]
     args += ["--eval-output", str(out)]
     return args + (["--eval-limit", str(stack.eval_limit)] if stack.eval_limit else [])
+
+
+def check_datasets(recipe: str, stack: StackSettings, *, training: bool = True) -> None:
+    """Load the prompts the run will read, as the rollout and the eval will, before anything starts: the
+    training prompts (``training``) and the held-out eval's. A bad one fails here with a ``ValueError`` that
+    names the setting, instead of killing the run at its first step or at its first eval."""
+    from services.rollout.config import RolloutSettings
+
+    checks = [("rollout", "", {})] if training else []  # (table, prefix of its settings, the eval's overrides)
+    if stack.eval_limit != 0:
+        checks.append(("stack", "eval_", eval_overrides(stack)))
+    for table, prefix, overrides in checks:
+        settings = RolloutSettings.load(recipe, **overrides)
+        what = (
+            f"[{table}] {prefix}dataset = {settings.dataset!r} ({prefix}prompt_field {settings.prompt_field!r}, "
+            f"{prefix}split {settings.split!r})"
+        )
+        try:
+            records = settings.records()
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{what}: {exc}") from exc
+        if not records:
+            raise ValueError(f"{what}: no prompts in that split")
 
 
 def has_model(layout: Layout) -> bool:
