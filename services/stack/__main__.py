@@ -147,7 +147,10 @@ def prepare(args: argparse.Namespace) -> int:
         say(f"FAILED: {exc}", "prepare")
         return 1
     say(f"demonstrations: {sft or 'none'}", "prepare")
-    say(f"step-0 eval: {before.headline() if before else 'none (not a local model)'}", "prepare")
+    if settings.eval_limit == 0:
+        say("step-0 eval: none ([stack] eval_limit = 0)", "prepare")
+    else:
+        say(f"step-0 eval: {before.headline() if before else 'none (not a local model)'}", "prepare")
     return 0
 
 
@@ -159,6 +162,9 @@ def evaluate(args: argparse.Namespace) -> int:
     from services.stack.report import read_eval
 
     settings = StackSettings.from_args(args)
+    if settings.eval_limit == 0:
+        say("the held-out eval is off ([stack] eval_limit = 0; --eval-limit N asks N prompts)", "eval")
+        return 0
     layout = Layout.for_recipe(args.recipe, settings)
     out = layout.evals / args.label
     env = {**os.environ, "CODA_RECIPE": args.recipe}

@@ -36,7 +36,12 @@ class StackSettings(ServiceSettings):
     eval_gold_field: str | None = Field(
         None, description="With eval_prompt_field: the field of eval_dataset's gold answer(s), if any"
     )
-    eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many held-out prompts")
+    eval_limit: int | None = Field(
+        None,
+        ge=0,
+        description="Evaluate at most this many held-out prompts (none: all of them; 0: no held-out eval at all, "
+        "neither at step 0 nor after a warm start nor at the end: the summary shows the training reward alone)",
+    )
     eval_split: str = Field(
         "all",
         description="Split of eval_dataset the evals ask: all (a held-out file), or eval "

@@ -83,10 +83,15 @@ def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pa
 
 
 def render_summary(
-    run: Path, before: EvalResult, after: EvalResult, seconds: float, warm: tuple[int, EvalResult] | None = None
+    run: Path,
+    before: EvalResult | None,
+    after: EvalResult | None,
+    seconds: float,
+    warm: tuple[int, EvalResult | None] | None = None,
 ) -> str:
     """The closing table: the step-0 eval, the warm start's (``(its step, its eval)``, when the run had one:
-    what the demonstrations alone gave) and the end's, side by side."""
+    what the demonstrations alone gave) and the end's, side by side. Evals are None when the held-out eval is
+    off (``[stack] eval_limit = 0``): the table then holds the training reward alone."""
     rows = read_log(run / "trainer" / "train.jsonl")
     steps = int(rows[-1].get("step", len(rows))) if rows else 0
     columns = [
@@ -94,17 +99,20 @@ def render_summary(
         *([(f"warm start (step {warm[0]})", warm[1])] if warm else []),
         (f"step {steps}", after),
     ]
+    evals = [result for _, result in columns if result is not None]
+    title = f"greedy eval, held-out ({evals[-1].n} prompts)" if evals else "no held-out eval ([stack] eval_limit = 0)"
     lines = [
         "",
         "=" * 64,
         f"make train finished in {seconds / 60:.1f} min ({steps} optimizer steps)",
         "",
-        f"| greedy eval, held-out ({after.n} prompts) | " + " | ".join(name for name, _ in columns) + " |",
+        f"| {title} | " + " | ".join(name for name, _ in columns) + " |",
         "|---|" + "---|" * len(columns),
     ]
     for key in EVAL_METRICS:
-        if any(key in result.metrics for _, result in columns):
-            lines.append(f"| {key} | " + " | ".join(_fmt(r.metrics.get(key)) for _, r in columns) + " |")
+        if any(key in result.metrics for result in evals):
+            values = [_fmt(r.metrics.get(key) if r is not None else None) for _, r in columns]
+            lines.append(f"| {key} | " + " | ".join(values) + " |")
     r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
     # After a warm start the first rewarded steps come after it: their mean goes in its column.
     first = f"— | {_fmt(r0)}" if warm else _fmt(r0)
@@ -113,7 +121,7 @@ def render_summary(
         "",
         f"plots:       {run / 'trainer'}/*.png",
         f"checkpoints: {run / 'checkpoints'}",
-        *[f"{'evals:' if i == 0 else '':<13}{r.path}" for i, (_, r) in enumerate(columns)],
+        *[f"{'evals:' if i == 0 else '':<13}{r.path}" for i, r in enumerate(evals)],
         f"logs:        {run / 'logs'}",
         "=" * 64,
     ]

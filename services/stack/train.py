@@ -72,6 +72,7 @@ class LocalStack(StackProcesses):
         # base weights at every publish, so its step-0 eval must finish first.
         self.eval_beside_training = trainer.finetune == "lora"
         self.reads_rollouts = not trainer.sft_only  # an SFT-only recipe trains on demonstrations alone
+        self.evals = settings.eval_limit != 0  # [stack] eval_limit = 0: no held-out eval at all
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")
         self.ports = Ports.free()
@@ -86,7 +87,7 @@ class LocalStack(StackProcesses):
         L = self.layout
         self.say(f"run folder: {self.run}")
         self.prepare(sup)
-        need_eval = L.tiny and not steps.has_eval(L, "step0")
+        need_eval = self.evals and L.tiny and not steps.has_eval(L, "step0")
         need_sft = bool(self.demonstrations) and not steps.has_sft(L)
         if serving or need_sft or need_eval:
             self.start_servers(sup, redis=serving, inference=serving or need_eval)
@@ -95,7 +96,7 @@ class LocalStack(StackProcesses):
             before = None  # run_all starts it beside training
         elif need_eval:
             before = self.evaluate(sup, "step0")
-        elif steps.has_eval(L, "step0"):
+        elif self.evals and steps.has_eval(L, "step0"):
             before = read_eval(L.evals / "step0")
             self.say(f"step-0 eval already there: {before.path}")
         else:
@@ -238,14 +239,14 @@ class LocalStack(StackProcesses):
                 sup.wait_healthy(service)
         return trainer, producer
 
-    def warm_start(self, sup: Supervisor, sft: Path | None) -> tuple[int, EvalResult] | None:
+    def warm_start(self, sup: Supervisor, sft: Path | None) -> tuple[int, EvalResult | None] | None:
         """``[stack] warm_start_steps``: that many steps on the demonstrations alone (the trainer's ``sft_only``:
-        no rollouts), then the greedy eval of that policy, before the recipe's own training goes on from the
-        trainer's checkpoint. Skipped when its eval is there (a resumed run)."""
+        no rollouts), then the greedy eval of that policy (None when evals are off), before the recipe's own
+        training goes on from the trainer's checkpoint. Skipped when its eval is there (a resumed run)."""
         n = self.settings.warm_start_steps
         if not n:
             return None
-        if steps.has_eval(self.layout, "warm"):
+        if self.evals and steps.has_eval(self.layout, "warm"):
             return n, read_eval(self.layout.evals / "warm")
         if sft is None:
             raise RuntimeError("warm_start_steps needs demonstrations: the recipe has none, or [stack] sft is off")
@@ -261,6 +262,8 @@ class LocalStack(StackProcesses):
                 CODA_TRAINER_RED_MODE="fixed",
                 CODA_TRAINER_MAX_STEPS=str(n),
             )
+        if not self.evals:
+            return n, None
         warm = self.evaluate(sup, "warm")
         self.say(f"warm-start eval: {warm.headline()}")
         return n, warm
@@ -353,17 +356,20 @@ class LocalStack(StackProcesses):
 
             if before is not None:
                 self.say(f"step-0 eval: {before.headline()}")
+            elif not self.evals:
+                self.say("no held-out eval: [stack] eval_limit = 0")
             if (resumed := checkpoint_step(self.run / "checkpoints")) is not None:
                 self.say(f"training resumes from the checkpoint of step {resumed}")
             warm = self.warm_start(sup, sft)
             # The step-0 eval starts after the first step, not before it: on a small machine the eval's episodes
             # and the first step's rollouts share one inference server, and the first step waited for the eval.
-            self.train(sup, sft, rollout=self.reads_rollouts, on_first_step=start_eval if before is None else None)
-            if before is None:
+            eval_beside = self.evals and before is None
+            self.train(sup, sft, rollout=self.reads_rollouts, on_first_step=start_eval if eval_beside else None)
+            if eval_beside:
                 if not beside:  # training ended before a first step of its own (a resumed, finished run)
                     start_eval()
                 before = self.finish_eval(sup, beside[0])
                 self.say(f"step-0 eval: {before.headline()}")
-            after = self.evaluate(sup, "final")
+            after = self.evaluate(sup, "final") if self.evals else None
         runs.mark_finished(self.run)
         return render_summary(self.run, before, after, time.time() - self.started, warm=warm)
