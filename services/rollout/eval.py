@@ -1,5 +1,10 @@
 """``python -m services.rollout eval``: greedy episodes on a held-out split, EM/F1 per data source.
 
+Each episode is also scored with the recipe's reward (``[rollout] reward``, else the agent's own; the very
+function the rollout trains on, ``scoring.score_episode``): the ``reward`` column, so that a reward of the
+user's own that has nothing to do with gold answers still shows what training changed. (A group-level
+re-combination of the components, the tool agent's ``reward_combination``, has no group here: it is left out.)
+
 Writes a table to stdout and a JSON file (per-source means and every prediction) under ``eval_output``.
 """
 
@@ -17,8 +22,9 @@ from recipes.core.context import Episode
 from recipes.core.llm import PolicyState
 from recipes.datasets import PromptRecord, question_type
 from services.rollout.config import RolloutSettings
+from services.rollout.embedding import make_embedder
 from services.rollout.runtime import agent_context
-from services.rollout.scoring import answer_metrics, search_metrics
+from services.rollout.scoring import answer_metrics, score_episode, search_metrics
 from services.rollout.weights import WeightFollower
 from shared.log import get_logger
 
@@ -28,6 +34,7 @@ log = get_logger(__name__)
 async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, tok=None) -> dict:
     limit = asyncio.Semaphore(settings.max_running_groups)
     rows: list[dict] = []
+    embed = make_embedder(settings.embedder)
 
     async with agent_context(settings, greedy=True, tok=tok) as ctx:
         if settings.eval_policy == "live":
@@ -42,9 +49,10 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                 episode = None
                 try:
                     episode = await settings.recipe.run(ctx, record)
-                    answer, error = episode.answer, None
+                    reward, error = score_episode(settings, record, episode, embed).reward, None
                 except Exception as exc:  # one failed prompt is a scored miss, not the end of the eval
-                    answer, error = None, repr(exc)[:300]
+                    reward, error = 0.0, repr(exc)[:300]
+            answer = episode.answer if episode else None
             rows.append(
                 {
                     "prompt_id": record.prompt_id,
@@ -57,6 +65,7 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     "queries": (list(episode.search.queries) if episode else None),
                     "searches": episode.search.num_searches if episode else 0,
                     "generated_tokens": episode.generated_tokens if episode else 0,
+                    "reward": reward,
                     **answer_metrics(settings.agent, record, answer),
                     **searched(record, episode),
                 }
@@ -88,7 +97,7 @@ def summarise(rows: list[dict]) -> dict:
         by_source[row["data_source"]].append(row)
     metrics = [
         k
-        for k in ("em", "f1", "sub_em", "numeric", "search_entity", "search_hit")
+        for k in ("em", "f1", "sub_em", "numeric", "search_entity", "search_hit", "reward")
         if rows and all(k in r for r in rows)
     ]
     table = {
@@ -109,8 +118,13 @@ def format_table(result: dict) -> str:
     metrics = result["metrics"]
     lines = ["| data source | n | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
     for src, row in result["by_source"].items():
-        lines.append(f"| {src} | {row['n']} | " + " | ".join(f"{100 * row[m]:.1f}" for m in metrics) + " |")
+        lines.append(f"| {src} | {row['n']} | " + " | ".join(_cell(m, row[m]) for m in metrics) + " |")
     return "\n".join(lines)
+
+
+def _cell(metric: str, value: float) -> str:
+    """A share in percent; the reward as it is (a recipe's reward is any float, not a share)."""
+    return f"{value:.3f}" if metric == "reward" else f"{100 * value:.1f}"
 
 
 def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from services.stack.progress import Pace, pace_text
 
-# Metrics of the greedy eval shown side by side (those the eval reports; missing ones are left out).
-EVAL_METRICS = ("search_entity", "search_hit", "em", "f1")
+# Metrics of the greedy eval shown side by side (those the eval reports; missing ones are left out). ``reward``:
+# the recipe's own reward of each greedy episode, what a user reward with no gold answers is judged by.
+EVAL_METRICS = ("search_entity", "search_hit", "em", "f1", "reward")
 
 
 @dataclass
@@ -112,7 +113,8 @@ def render_summary(
     for key in EVAL_METRICS:
         if any(key in result.metrics for result in evals):
             values = [_fmt(r.metrics.get(key) if r is not None else None) for _, r in columns]
-            lines.append(f"| {key} | " + " | ".join(values) + " |")
+            label = "reward (the recipe's, greedy)" if key == "reward" else key
+            lines.append(f"| {label} | " + " | ".join(values) + " |")
     r0, r1 = _window_mean(rows, "reward_mean", True), _window_mean(rows, "reward_mean", False)
     # After a warm start the first rewarded steps come after it: their mean goes in its column.
     first = f"— | {_fmt(r0)}" if warm else _fmt(r0)

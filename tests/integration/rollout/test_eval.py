@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from services.rollout.__main__ import main
 from services.rollout.eval import format_table, run_eval
 
@@ -83,3 +85,68 @@ def test_eval_evaluates_the_adapter_the_trainer_published(fake_llm, make_setting
     assert {c.model for c in fake_llm.calls} == {"policy-v3"}
     _, base = run_eval(settings.model_copy(update={"eval_policy": "base"}))
     assert base["model"] == "policy"
+
+
+REWARD = """
+def question_length(completion, gold, row):
+    if row["id"].endswith("-job"):
+        raise RuntimeError("this reward fails on the questions about jobs")
+    return {"reward": len(row["question"]) / 100, "words": float(len(completion.split()))}
+"""
+
+
+def test_eval_scores_each_row_with_the_recipes_reward(fake_llm, make_settings, tmp_path, monkeypatch):
+    """A reward of the user's own that has nothing to do with gold answers: each eval row carries it (the
+    function the rollout trains on, loaded by the same name), and the table and summary its mean; a row whose
+    reward fails is a scored miss with its error, its answer still scored."""
+    (tmp_path / "eval_reward_probe.py").write_text(REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = make_settings(
+        fake_llm.url,
+        agent="search-r1",
+        reward="eval_reward_probe:question_length",
+        split="test",
+        dataset="bundled:lookup-test",
+        eval_limit=6,
+        eval_output=str(tmp_path / "out"),
+        eval_policy="base",  # the session's Redis may hold another test's published adapter
+    )
+    _, result = run_eval(settings)
+    rows = {r["prompt_id"]: r for r in result["rows"]}
+    failed = [pid for pid in rows if pid.endswith("-job")]
+    assert 0 < len(failed) < 6 and result["failed"] == len(failed)
+    for pid, row in rows.items():
+        if pid in failed:
+            assert row["reward"] == 0.0 and "this reward fails" in row["error"]
+            assert row["prediction"] is not None and "em" in row
+        else:
+            assert row["reward"] == len(row["question"]) / 100 > 0 and row["error"] is None
+    assert "reward" in result["metrics"]
+    assert result["by_source"]["ALL"]["reward"] == pytest.approx(sum(r["reward"] for r in rows.values()) / 6)
+    assert f"| {result['by_source']['ALL']['reward']:.3f} |" in format_table(result)  # as it is, not in percent
+
+    from services.stack.report import read_eval, render_summary
+
+    after = read_eval(tmp_path / "out")
+    assert after.metrics["reward"] == result["by_source"]["ALL"]["reward"]
+    summary = render_summary(tmp_path, after, after, 60)
+    mean = f"{after.metrics['reward']:.3f}"
+    assert f"| reward (the recipe's, greedy) | {mean} | {mean} |" in summary
+
+
+def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_settings, tmp_path):
+    """Without ``[rollout] reward`` the column is the agent's own: CoDA's ``6·F1 − 3`` plus its format terms,
+    negative where the answer is wrong (the fake's answers are), not the answer's EM."""
+    settings = make_settings(
+        fake_llm.url,
+        agent="coda",
+        split="test",
+        dataset="bundled:lookup-test",
+        eval_limit=4,
+        eval_output=str(tmp_path),
+        eval_policy="base",
+    )
+    _, result = run_eval(settings)
+    assert "reward" in result["metrics"] and result["failed"] == 0
+    rows = result["rows"]
+    assert all(r["f1"] == 0.0 and -3.0 <= r["reward"] < 0.0 for r in rows), [(r["f1"], r["reward"]) for r in rows]
