@@ -99,7 +99,10 @@ class StackSettings(ServiceSettings):
         None,
         gt=0,
         description="Train for at most this many seconds, then stop the trainer as Ctrl-C would (it "
-        "checkpoints) and run the final eval; none: until the trainer's max_steps",
+        "checkpoints) and run the final eval; none: until the trainer's max_steps. Counted from the start of "
+        "training (the trainer and the rollout up, their models loaded), not from the command's: the preparation "
+        "(model, index, demonstrations), a step-0 eval run before training and a warm start are not in it, and a "
+        "resumed run gets the whole budget again",
     )
     train_timeout_s: float = Field(1800, gt=0, description="Stop the run if training takes longer than this")
     trainer_stop_grace_s: float = Field(
