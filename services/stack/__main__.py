@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+from pathlib import Path
 
 from services.stack.config import StackSettings
 
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("config-reference", help="print the configuration reference (markdown) of every service")
     plots = sub.add_parser("plots", help="redraw a run's PNG plots (reward components, losses) from its log")
     plots.add_argument("--run", default=None, help="run folder (default: the newest under runs/train)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if args.command == "config-reference":
         from services.stack.reference import render
@@ -67,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval":
         return evaluate(args)
 
-    return train_command(args)
+    return train_command(args, argv)
 
 
-def train_command(args: argparse.Namespace) -> int:
-    """``train``: the run folder chosen (resumed or new), the logs into it, the terminal for progress only."""
+def train_command(args: argparse.Namespace, argv: list[str]) -> int:
+    """``train``: the run folder chosen (resumed or new), the logs into it, the terminal for progress only;
+    ``argv``: the command's arguments, for the line that continues the run after a failure."""
     import logging
-    from pathlib import Path
 
     from services.stack import runs
     from services.stack.prepare import check_datasets
@@ -105,13 +108,35 @@ def train_command(args: argparse.Namespace) -> int:
         display.block(stack.run_all())
     except KeyboardInterrupt:
         display.keep()
-        display.say(f"interrupted: every service was stopped; the same command continues this run ({choice.folder})")
+        display.say("interrupted: every service was stopped")
+        display.say(resume_hint(argv, choice.folder))
         return 130
     except (ServiceFailed, RuntimeError, FileNotFoundError) as exc:
         display.keep()
         display.say(f"FAILED: {exc}")
+        display.say(resume_hint(argv, choice.folder))
         return 1
     return 0
+
+
+def resume_hint(argv: list[str], run: Path) -> str:
+    """What to do after a run stopped: the same command again, less ``--new`` (the run it made is now the
+    recipe's newest unfinished one, which ``train`` continues by default), goes on from the last checkpoint."""
+    from services.stack.processes import checkpoint_step
+
+    step = checkpoint_step(run / "checkpoints")
+    where = f"from its checkpoint of step {step}" if step is not None else "(no checkpoint yet: training starts over)"
+    kept = [a for a in argv if a != "--new"]
+    python = os.path.relpath(sys.executable) if Path(sys.executable).is_relative_to(Path.cwd()) else "python"
+    lines = [
+        f"the same command resumes this run {where}, keeping what it prepared ({run}):",
+        "  " + shlex.join([python, "-m", "services.stack", *kept]),
+    ]
+    recipe = kept[2] if kept[:2] == ["train", "--recipe"] and len(kept) > 2 else ""
+    if recipe.startswith("configs/") and recipe.endswith(".toml") and "/" not in recipe[len("configs/") :]:
+        make = f"make train RECIPE={recipe[len('configs/') : -len('.toml')]}"  # how the Makefile spells it
+        lines.append(f"  (or: {make}{f' ARGS={shlex.quote(shlex.join(kept[3:]))}' if kept[3:] else ''})")
+    return "\n".join(lines)
 
 
 def say(message: str, who: str = "make train") -> None:
@@ -188,8 +213,6 @@ def _fmt(value: float | None) -> str:
 
 
 def draw_plots(run: str | None) -> int:
-    from pathlib import Path
-
     from services.trainer.observe import Observer
 
     runs = sorted(Path(StackSettings.load().run_root).glob("*/trainer/train.jsonl"))
