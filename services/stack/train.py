@@ -72,6 +72,7 @@ class LocalStack(StackProcesses):
         # base weights at every publish, so its step-0 eval must finish first.
         self.eval_beside_training = trainer.finetune == "lora"
         self.reads_rollouts = not trainer.sft_only  # an SFT-only recipe trains on demonstrations alone
+        self.alternating = self.reads_rollouts and trainer.max_staleness == 0  # threads_for(alternating=True)
         self.evals = settings.eval_limit != 0  # [stack] eval_limit = 0: no held-out eval at all
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")

@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from shared.precision import Precision
 from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
 
 
@@ -30,8 +31,12 @@ class TrainerSettings(ServiceSettings):
     )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory")
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="Parameter precision: auto = bf16 on GPU, fp32 on CPU"
+    precision: Precision = Field(
+        "auto",
+        description="Matmul precision. auto: bf16 where the hardware multiplies it natively (a GPU with bf16; "
+        "a CPU with AVX512-BF16 or AMX), else fp32. On GPU bf16 weights (DeepSpeed bf16); on CPU fp32 weights "
+        "and the decoder under bf16 autocast. The output head, logprobs, entropy and losses stay fp32; the "
+        "sampler/trainer logprob mismatch this adds shows in the mismatch metrics and the sync check",
     )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
@@ -48,8 +53,18 @@ class TrainerSettings(ServiceSettings):
     # ---------------------------------------------------------------- batching
     groups_per_step: int = Field(8, ge=1, description="Trajectory groups per optimizer step")
     max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = run forever)")
-    micro_batch_tokens: int = Field(4096, ge=16, description="Token budget of one packed micro-batch")
+    micro_batch_tokens: int = Field(
+        1024,
+        ge=16,
+        description="Token budget of one packed micro-batch. Activation memory grows with it; on CPU 1024 was "
+        "as fast per token as 4096 with half the trainer's peak memory (bench/step_profile.py)",
+    )
     packing: bool = Field(True, description="Pack samples into micro-batches (False: one padded row per sample)")
+    share_prompts: bool = Field(
+        True,
+        description="With packing: the samples of one prompt share a single copy of it in a micro-batch (the "
+        "prompt's forward and backward run once per group instead of once per sample; same gradient)",
+    )
     logprob_chunk: int = Field(1024, ge=1, description="Tokens per chunk when computing logprobs from logits")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts (logits / T)")
     max_staleness: int = Field(1, ge=0, description="Samples older than this many versions are stale")

@@ -20,6 +20,7 @@ from services.trainer.config import TrainerSettings
 from services.trainer.logprobs import PolicyLogprobs
 from services.trainer.schedule import lr_multiplier
 from shared.log import get_logger
+from shared.precision import compute_dtype
 from shared.redis_server import free_port
 
 log = get_logger(__name__)
@@ -53,9 +54,18 @@ def init_distributed() -> torch.device:
 
 
 def param_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
-    if settings.precision == "bf16" or (settings.precision == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return torch.float32
+    """The weights' dtype: bf16 on a GPU that computes in bf16; fp32 on CPU, where bf16 is autocast instead
+    (fp32 weights keep the optimizer exact; DeepSpeed's bf16 mode targets GPUs)."""
+    dtype = compute_dtype(settings.precision, device.type)
+    return dtype if device.type == "cuda" else torch.float32
+
+
+def autocast_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype | None:
+    """bf16 for the decoder's autocast on CPU when the precision says bf16; None: no autocast."""
+    if device.type == "cuda":
+        return None
+    dtype = compute_dtype(settings.precision, device.type)
+    return dtype if dtype != torch.float32 else None
 
 
 def load_lm(path: str, settings: TrainerSettings, dtype: torch.dtype) -> nn.Module:
@@ -90,7 +100,11 @@ def load_reference(settings: TrainerSettings, device: torch.device, dtype: torch
         settings.reference_model or settings.model, dtype=dtype, attn_implementation="sdpa"
     )
     lm.requires_grad_(False)
-    return PolicyLogprobs(lm, settings.logprob_chunk, settings.temperature).to(device).eval()
+    return (
+        PolicyLogprobs(lm, settings.logprob_chunk, settings.temperature, autocast_dtype(settings, device))
+        .to(device)
+        .eval()
+    )
 
 
 def ds_config(settings: TrainerSettings, dtype: torch.dtype) -> dict:
@@ -127,7 +141,12 @@ def build_engine(settings: TrainerSettings, device: torch.device) -> Engine:
     import deepspeed
 
     dtype = param_dtype(settings, device)
-    policy = PolicyLogprobs(load_lm(settings.model, settings, dtype), settings.logprob_chunk, settings.temperature)
+    policy = PolicyLogprobs(
+        load_lm(settings.model, settings, dtype),
+        settings.logprob_chunk,
+        settings.temperature,
+        autocast_dtype(settings, device),
+    )
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=settings.lr, betas=tuple(settings.betas), weight_decay=settings.weight_decay
@@ -160,6 +179,7 @@ def build_engine(settings: TrainerSettings, device: torch.device) -> Engine:
             "world": world,
             "device": str(device),
             "dtype": str(dtype),
+            "autocast": str(policy.autocast),
         },
     )
     return Engine(engine=engine, policy=engine.module, device=device, rank=rank, world=world)

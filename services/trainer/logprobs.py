@@ -32,11 +32,14 @@ class PolicyLogprobs(nn.Module):
     This is the module DeepSpeed wraps, so ``engine(batch)`` gives logprobs with gradients.
     """
 
-    def __init__(self, lm: nn.Module, chunk: int = 1024, temperature: float = 1.0) -> None:
+    def __init__(
+        self, lm: nn.Module, chunk: int = 1024, temperature: float = 1.0, autocast: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         self.lm = lm
         self.chunk = chunk
         self.temperature = temperature
+        self.autocast = autocast  # CPU bf16 autocast of the decoder (engine.autocast_dtype); None: off
 
     def base(self) -> nn.Module:
         """The transformers model (under a peft wrapper if there is one)."""
@@ -52,10 +55,13 @@ class PolicyLogprobs(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprobs, entropies)`` of ``targets``, shaped like ``input_ids``; 0 where ``select`` is False."""
         base = self.base()
-        hidden = base.get_decoder()(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=False
-        ).last_hidden_state
+        with torch.autocast(input_ids.device.type, dtype=self.autocast or torch.bfloat16, enabled=bool(self.autocast)):
+            hidden = base.get_decoder()(
+                input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
+        # The head and everything after it in fp32: logprobs of a 49k-way softmax are where bf16 would hurt.
         head = base.get_output_embeddings()
+        hidden = hidden.to(head.weight.dtype)
         where = select.bool()
         h = hidden[where]
         t = targets[where]

@@ -223,6 +223,7 @@ class Trainer:
             self.ref,
             s.micro_batch_tokens,
             s.packing,
+            s.share_prompts,
         )
         st.dropped_stale += dropped
         st.record_groups([g.group_id for g in groups])

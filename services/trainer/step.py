@@ -18,7 +18,7 @@ import torch
 from services.trainer import faults
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
-from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
+from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pack_shared, pad
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -44,8 +44,10 @@ def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
     return t.tolist()
 
 
-def layout(seqs: list[TrainSeq], budget: int, packing: bool) -> list[MicroBatch]:
-    return pack(seqs, budget) if packing else pad(seqs, budget)
+def layout(seqs: list[TrainSeq], budget: int, packing: bool, share_prompts: bool = False) -> list[MicroBatch]:
+    if not packing:
+        return pad(seqs, budget)
+    return pack_shared(seqs, budget) if share_prompts else pack(seqs, budget)
 
 
 def _shard(seqs: list[TrainSeq], rank: int, world: int) -> list[TrainSeq]:
@@ -64,7 +66,13 @@ def _attach_reference(ref: PolicyLogprobs, batches: list[MicroBatch], device: to
 
 
 def train_step(
-    eng: Engine, inp: StepInput, rl_loss: RlLoss, ref: PolicyLogprobs | None, budget: int, packing: bool = True
+    eng: Engine,
+    inp: StepInput,
+    rl_loss: RlLoss,
+    ref: PolicyLogprobs | None,
+    budget: int,
+    packing: bool = True,
+    share_prompts: bool = True,
 ) -> dict[str, float]:
     """Forward/backward every micro-batch of ``inp``, then one optimizer step. Returns metric sums and counts.
 
@@ -77,7 +85,7 @@ def train_step(
     # Every rank holds the whole step's input (rank 0 reads and broadcasts), so global counts are local.
     (rl_tokens, rl_seqs_n), (sft_tokens, _) = _counts(inp.rl), _counts(inp.sft)
     norms = {"tokens": max(rl_tokens, 1.0), "sequences": max(rl_seqs_n, 1.0), "world": float(eng.world)}
-    rl_batches = layout(rl_seqs, budget, packing)
+    rl_batches = layout(rl_seqs, budget, packing, share_prompts)
     sft_batches = layout(sft_seqs, budget, packing) if inp.sft_weight > 0 else []
     n_rl, n_sft = (int(x) for x in _all_reduce([len(rl_batches), len(sft_batches)], "max", eng.world))
     fields = sorted(rl_seqs[0].fields) if rl_seqs else ["adv", "lag", "old_logp"]

@@ -34,6 +34,24 @@ def test_each_service_gets_a_thread_count_that_fits(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert [threads_for(s) for s in ("trainer", "inference", "rollout")] == [8, 1, 1]
     assert threads_for("trainer", alone=True) == 16  # demonstrations only: nothing else computes
+    # On-policy, trainer and inference server take turns: each gets every core; the rollout still one.
+    assert [threads_for(s, alternating=True) for s in ("trainer", "inference", "rollout")] == [16, 16, 1]
+
+
+def test_on_policy_runs_give_the_inference_server_every_core(monkeypatch, tmp_path):
+    from services.stack.train import LocalStack
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.delenv("CODA_INFERENCE_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    recipe = tmp_path / "r.toml"
+    base = Path("configs/single-turn.toml").read_text()
+    for staleness, threads in ((0, "4"), (1, None)):
+        recipe.write_text(base.replace("max_staleness = 1", f"max_staleness = {staleness}", 1))
+        stack = LocalStack(str(recipe), StackSettings.load(recipe), run=tmp_path / f"run{staleness}")
+        service = stack.inference_service()
+        assert service.env.get("CODA_INFERENCE_THREADS") == threads, staleness
+        assert service.env["OMP_NUM_THREADS"] == ("4" if staleness == 0 else "1")
 
 
 def test_a_demonstration_budget_reaches_make_sft_and_has_its_own_cache_file(tmp_path):
