@@ -104,8 +104,9 @@ def launch(
     return start, code, sampler.peak / 2**20, sampler.load_max
 
 
-def score(run: Run, start: float, end: float, steps: list[dict]) -> None:
-    """Fill the timing and reward metrics from per-step records (``step``, ``time``, ``reward``, ``samples``)."""
+def score(run: Run, start: float, end: float, steps: list[dict], target: float = TARGET) -> None:
+    """Fill the timing and reward metrics from per-step records (``step``, ``time``, ``reward``, ``samples``);
+    ``to_target_s``: the first step whose trailing ``WINDOW``-step mean reward is ≥ ``target``."""
     steps = sorted(steps, key=lambda r: r["step"])
     run.start, run.records = start, steps
     run.steps = len(steps)
@@ -129,7 +130,7 @@ def score(run: Run, start: float, end: float, steps: list[dict]) -> None:
     run.reward_first5 = statistics.fmean(rewards[:WINDOW])
     run.reward_last5 = statistics.fmean(rewards[-WINDOW:])
     for i in range(WINDOW - 1, len(steps)):
-        if statistics.fmean(rewards[i - WINDOW + 1 : i + 1]) >= TARGET:
+        if statistics.fmean(rewards[i - WINDOW + 1 : i + 1]) >= target:
             run.to_target_s = steps[i]["time"] - start
             break
 
@@ -272,11 +273,11 @@ def render(runs: list[Run], meta: dict) -> tuple[str, dict]:
     return text, verdict
 
 
-def write_peers(path: Path, section: str) -> None:
-    """Replace (or add) this section of peers.md, leaving the other sections as they are."""
+def write_peers(path: Path, section: str, marker: str = MARKER) -> None:
+    """Replace (or add) the section starting with ``marker`` in peers.md, leaving the others as they are."""
     text = path.read_text() if path.exists() else "# Peer comparisons\n"
-    if MARKER in text:
-        head, _, rest = text.partition(MARKER)
+    if marker in text:
+        head, _, rest = text.partition(marker)
         nxt = rest.find("\n## ")
         text = head + section + (rest[nxt + 1 :] if nxt >= 0 else "")
     else:
