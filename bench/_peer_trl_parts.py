@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -102,6 +103,63 @@ def launch(
         sampler.done.set()
         sampler.join()
     return start, code, sampler.peak / 2**20, sampler.load_max
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def clean_env() -> dict[str, str]:
+    """The caller's environment without anything that would tune either side: thread counts and our own
+    CODA_* overrides are left to each system's defaults."""
+    drop = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS", "PYTHONPATH")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("CODA_")}
+
+
+def run_stack(
+    run: Run, recipe: Path, pythonpath: Path, run_root: Path, log: Path, timeout_s: float
+) -> tuple[float, float, int, float, Path | None]:
+    """Our side of a run: ``services.stack train --new`` on ``recipe`` (``pythonpath`` holds its reward module),
+    timed by ``launch``; fills ``run.log``, ``peak_rss_mb`` and ``ok``. Returns (start, end, exit code, highest
+    load, the run folder it made or None)."""
+    before = set(run_root.glob("*")) if run_root.exists() else set()
+    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)])}
+    cmd = [sys.executable, "-m", "services.stack", "train", "--recipe", str(recipe), "--new"]
+    start, code, rss, load = launch([*cmd, "--run-root", str(run_root)], env, log, ROOT, timeout_s)
+    end = time.time()
+    run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
+    folders = sorted(set(run_root.glob("*")) - before)
+    return start, end, code, load, folders[-1] if folders else None
+
+
+def trainer_records(folder: Path | None) -> list[dict]:
+    """Our trainer's per-step log as ``score`` reads it (``step``, ``time``, ``reward``, ``samples``), plus
+    ``dropped_stale``; empty when the run wrote none."""
+    path = folder / "trainer" / "train.jsonl" if folder else None
+    if path is None or not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        out.append(
+            {
+                "step": r["step"],
+                "time": r["time"],
+                "reward": r["reward_mean"],
+                "samples": r.get("rl_sequences", 32),
+                "dropped_stale": r.get("dropped_stale", 0),
+            }
+        )
+    return out
+
+
+def json_lines(log: Path) -> dict:
+    """The JSON objects a script printed on lines of their own (TRL's versions and threads), merged."""
+    info: dict = {}
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                info.update(json.loads(line))
+    return info
 
 
 def score(run: Run, start: float, end: float, steps: list[dict], target: float = TARGET) -> None:

@@ -29,7 +29,6 @@ of the whole process tree (sampled every 0.5 s) and total wall time.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
@@ -48,10 +47,14 @@ from _peer_trl_parts import (
     TASK,
     WINDOW,
     Run,
+    clean_env,
+    json_lines,
     launch,
     render,
+    run_stack,
     score,
     spread,
+    trainer_records,
     write_peers,
 )
 
@@ -121,13 +124,6 @@ trainer.train()
 # ---------------------------------------------------------------- measuring
 
 
-def clean_env() -> dict[str, str]:
-    """The caller's environment without anything that would tune either side: thread counts and our own
-    CODA_* overrides are left to each system's defaults."""
-    drop = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS", "PYTHONPATH")
-    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("CODA_")}
-
-
 # ---------------------------------------------------------------- the two systems
 
 
@@ -162,35 +158,10 @@ def ours_recipe(tmp: Path, steps: int) -> Path:
 def run_ours(rep: int, steps: int, tmp: Path, out: Path) -> tuple[Run, Path | None]:
     run = Run("ours", rep)
     recipe = ours_recipe(tmp, steps)
-    run_root = out / "ours"
-    before = set(run_root.glob("*")) if run_root.exists() else set()
-    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(tmp), str(ROOT)])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "services.stack",
-        "train",
-        "--recipe",
-        str(recipe),
-        "--new",
-        "--run-root",
-        str(run_root),
-    ]
-    log = out / f"ours-{rep}.log"
-    start, code, rss, load = launch(cmd, env, log, ROOT, timeout_s=1500)
-    end = time.time()
-    run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
-    folders = sorted(set(run_root.glob("*")) - before)
-    folder = folders[-1] if folders else None
-    records = []
-    if folder and (folder / "trainer" / "train.jsonl").is_file():
-        for line in (folder / "trainer" / "train.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            records.append(
-                {"step": r["step"], "time": r["time"], "reward": r["reward_mean"], "samples": r.get("rl_sequences", 32)}
-            )
-            if r.get("dropped_stale"):
-                run.notes.append(f"step {r['step']}: {r['dropped_stale']} stale groups dropped")
+    start, end, code, load, folder = run_stack(run, recipe, tmp, out / "ours", out / f"ours-{rep}.log", 1500)
+    log = Path(run.log)
+    records = trainer_records(folder)
+    run.notes += [f"step {r['step']}: {r['dropped_stale']} stale groups dropped" for r in records if r["dropped_stale"]]
     score(run, start, end, records)
     run.notes += phases(log.read_text(), start, records)
     run.notes.append(f"max load {load:.1f}")
@@ -265,11 +236,7 @@ def run_trl(rep: int, steps: int, py: Path, model: Path, tmp: Path, out: Path) -
     run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
     records = [json.loads(line) for line in step_log.read_text().splitlines()] if step_log.exists() else []
     score(run, start, end, records)
-    info: dict = {}
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                info.update(json.loads(line))
+    info = json_lines(log)
     run.notes.append(f"max load {load:.1f}")
     if not run.ok:
         run.notes.append(f"exit {code}: {log.read_text()[-300:]!r}")

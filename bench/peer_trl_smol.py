@@ -23,7 +23,6 @@ the reward target, peak RSS of the process tree.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
@@ -37,8 +36,20 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _peer_trl_parts import WINDOW, Run, launch, pair_ratios, score, spread, write_peers
-from peer_trl import clean_env, trl_venv
+from _peer_trl_parts import (
+    WINDOW,
+    Run,
+    clean_env,
+    json_lines,
+    launch,
+    pair_ratios,
+    run_stack,
+    score,
+    spread,
+    trainer_records,
+    write_peers,
+)
+from peer_trl import trl_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "single-turn.toml"
@@ -126,30 +137,8 @@ def ours_recipe(tmp: Path, steps: int, staleness: int) -> Path:
 def run_ours(system: str, rep: int, steps: int, tmp: Path, out: Path) -> Run:
     run = Run(system, rep)
     recipe = ours_recipe(tmp, steps, 0 if system == "ours-on-policy" else 1)
-    run_root = out / system
-    before = set(run_root.glob("*")) if run_root.exists() else set()
-    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(tmp), str(ROOT)])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "services.stack",
-        "train",
-        "--recipe",
-        str(recipe),
-        "--new",
-        "--run-root",
-        str(run_root),
-    ]
-    log = out / f"{system}-{rep}.log"
-    start, code, rss, load = launch(cmd, env, log, ROOT, timeout_s=1800)
-    end = time.time()
-    run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
-    folders = sorted(set(run_root.glob("*")) - before)
-    records = []
-    if folders and (folders[-1] / "trainer" / "train.jsonl").is_file():
-        for line in (folders[-1] / "trainer" / "train.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            records.append({"step": r["step"], "time": r["time"], "reward": r["reward_mean"], "samples": 32})
+    start, end, code, load, folder = run_stack(run, recipe, tmp, out / system, out / f"{system}-{rep}.log", 1800)
+    records = trainer_records(folder)
     score(run, start, end, records, TARGET)
     run.notes.append(f"max load {load:.1f}")
     if not run.ok:
@@ -184,11 +173,7 @@ def run_trl(rep: int, steps: int, py: Path, tmp: Path, out: Path) -> tuple[Run, 
     run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
     records = [json.loads(line) for line in step_log.read_text().splitlines()] if step_log.exists() else []
     score(run, start, end, records, TARGET)
-    info: dict = {}
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                info.update(json.loads(line))
+    info = json_lines(log)
     run.notes.append(f"max load {load:.1f}")
     if not run.ok:
         run.notes.append(f"exit {code}: {log.read_text()[-300:]!r}")

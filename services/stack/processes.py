@@ -175,7 +175,8 @@ def threads_for(service: str, alone: bool = False, alternating: bool = False) ->
     (a trainer on demonstrations only: no rollouts, no eval), so it gets every core. ``alternating``: on-policy
     training (``max_staleness = 0``), where generation waits for the step and the step for generation, so the
     trainer and the inference server take turns and each gets every core (SmolLM2 + LoRA: a step of 32
-    samples took 20 s with one thread of two, 13.4 s with two: bench/results/step_profile.md). ``OMP_NUM_THREADS`` set by the user wins."""
+    samples took 20 s with one thread of two, 13.4 s with two: bench/results/step_profile.md).
+    ``OMP_NUM_THREADS`` set by the user wins."""
     if alone or (alternating and service in ("trainer", "inference")):
         return os.cpu_count() or 1
     return max(1, (os.cpu_count() or 2) // 2) if service == "trainer" else 1

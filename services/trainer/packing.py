@@ -66,8 +66,14 @@ def _row(seqs: list[TrainSeq], length: int, field_names: list[str]) -> dict[str,
         row["seq"] += [s.index] * n
         for name in field_names:
             row[name] += [*s.fields[name][1:], 0.0]
+    _pad_row(row, length, field_names)
+    return row
+
+
+def _pad_row(row: dict[str, list], length: int, field_names: list[str]) -> int:
+    """Fill ``row`` up to ``length`` slots; returns how many were added. Padding restarts its positions at 0,
+    so in a packed row it forms a block of its own; it is never trained."""
     pad = length - len(row["input_ids"])
-    # Padding restarts its positions at 0, so in a packed row it forms a block of its own; it is never trained.
     row["input_ids"] += [0] * pad
     row["position_ids"] += list(range(pad))
     row["targets"] += [0] * pad
@@ -75,7 +81,7 @@ def _row(seqs: list[TrainSeq], length: int, field_names: list[str]) -> dict[str,
     row["seq"] += [-1] * pad
     for name in field_names:
         row[name] += [0.0] * pad
-    return row
+    return pad
 
 
 def _batch(rows: list[list[TrainSeq]], length: int, field_names: list[str], packed: bool) -> MicroBatch:
@@ -265,16 +271,9 @@ def _tree_row(trees: list[_Tree], length: int, field_names: list[str]) -> dict[s
             put(tree.branches[0], 0, tree.prefix, t, -1)
         for b, s in enumerate(tree.branches):
             put(s, tree.prefix, len(s.tokens), t, b)
-    pad = length - len(row["input_ids"])
-    row["input_ids"] += [0] * pad
-    row["position_ids"] += list(range(pad))
-    row["targets"] += [0] * pad
-    row["target_mask"] += [0] * pad
-    row["seq"] += [-1] * pad
+    pad = _pad_row(row, length, field_names)
     row["tree"] += [len(trees)] * pad  # padding: a causal block of its own
     row["branch"] += [-1] * pad
-    for name in field_names:
-        row[name] += [0.0] * pad
     return row
 
 
