@@ -18,7 +18,7 @@ from services.stack import runs
 from services.stack.report import read_log
 
 REPO = Path(__file__).resolve().parents[3]
-MAX_STEPS = 6
+MAX_STEPS = 16  # room for the Ctrl-C to land mid-training: a tiny-model step takes ~2 s, and the poll is 0.5 s
 
 
 def _train(root: Path, log: Path) -> subprocess.Popen:
