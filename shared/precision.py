@@ -25,6 +25,15 @@ def native_bf16() -> bool:
     return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; any other name as it is."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def compute_dtype(precision: Precision, device_type: str) -> torch.dtype:
     """The dtype matmuls run in for ``precision`` on a ``device_type`` ("cpu" / "cuda") device."""
     import torch

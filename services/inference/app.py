@@ -33,6 +33,7 @@ from services.inference.weights import (
 )
 from shared.http import ApiError, create_app
 from shared.log import get_logger
+from shared.precision import resolve_device
 from shared.protocol.inference import (
     INFO_METHOD,
     RELOAD_METHOD,
@@ -56,7 +57,9 @@ class Server:
         if settings.threads:
             torch.set_num_threads(settings.threads)
         self.settings, self.metrics = settings, metrics
-        self.runner = ModelRunner(settings.model, settings.max_model_len, settings.precision)
+        self.runner = ModelRunner(
+            settings.model, settings.max_model_len, settings.precision, resolve_device(settings.device)
+        )
         self.name = settings.served_model_name or settings.model
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}

@@ -47,6 +47,10 @@ class InferenceSettings(ServiceSettings):
         "logits stay fp32). auto: bf16 on a CPU that multiplies it natively (AVX512-BF16/AMX), else fp32 — the "
         "trainer's rule, so both compute alike",
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where the model runs: auto = the first CUDA GPU when torch sees one, else the CPU",
+    )
     threads: int = Field(
         1,
         ge=0,

@@ -79,7 +79,7 @@ class KVBatch:
         if not keep:
             self.keys, self.values, self.pad, self.length = [], [], [], 0
             return
-        index = torch.tensor(keep)
+        index = torch.tensor(keep, device=self.keys[0].device)
         pad = [self.pad[i] for i in keep]
         trim = min(pad)
         self.keys = [t.index_select(0, index)[:, :, trim:].contiguous() for t in self.keys]

@@ -23,12 +23,22 @@ BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
 
 
 class ModelRunner:
-    def __init__(self, model_dir: str | Path, max_model_len: int | None = None, precision: Precision = "fp32") -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        max_model_len: int | None = None,
+        precision: Precision = "fp32",
+        device: str = "cpu",
+    ) -> None:
         self.model_dir = Path(model_dir)
-        # bf16 autocast of the forward passes (shared.precision: only where the CPU multiplies bf16 natively).
-        self.autocast = compute_dtype(precision, "cpu") == torch.bfloat16
+        self.device = torch.device(device)
+        dtype = compute_dtype(precision, self.device.type)
+        # On CPU: fp32 weights and bf16 autocast where the CPU multiplies bf16 natively (shared.precision). On a
+        # GPU the weights themselves are bf16, as vLLM serves them and as the trainer holds them there.
+        self.autocast = self.device.type == "cpu" and dtype == torch.bfloat16
+        weights_dtype = dtype if self.device.type == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        self.base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=weights_dtype).to(self.device).eval()
         self.base.requires_grad_(False)
         self.model = self.base  # becomes a peft.PeftModel while adapters are loaded
         self.adapters: set[str] = set()  # names of the loaded LoRA adapters (kept by services.inference.lora)
@@ -51,6 +61,8 @@ class ModelRunner:
                 "params": self.num_parameters(),
                 "max_model_len": self.max_model_len,
                 "eos": sorted(self.eos_ids),
+                "device": str(self.device),
+                "dtype": str(weights_dtype),
                 "autocast_bf16": self.autocast,
             },
         )
@@ -78,9 +90,16 @@ class ModelRunner:
             inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
         elif any(adapters):
             raise RuntimeError(f"adapter(s) {sorted({a for a in adapters if a})} are not loaded")
+        # Callers build ids, masks and positions on the CPU; the KV buffers live on the model's device.
+        inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        if isinstance(keep, torch.Tensor):
+            keep = keep.to(self.device)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
             out = self.model(**inputs, use_cache=True, logits_to_keep=keep)
-        return out.logits.float() if isinstance(keep, torch.Tensor) else out.logits[:, -1, :].float()
+        logits = out.logits if isinstance(keep, torch.Tensor) else out.logits[:, -1, :]
+        # Sampling (services.inference.sampling) runs on the CPU with per-request generators, so the logits come
+        # back there: one [rows, vocab] copy per step, small next to a forward pass.
+        return logits.float().cpu()
 
     @torch.inference_mode()
     def prefill_batch(self, items: list[tuple[list[int], str | None, Hit | None]]) -> list[tuple[torch.Tensor, list]]:
@@ -114,6 +133,7 @@ class ModelRunner:
         results = []
         for row, (start, suffix) in enumerate(zip(starts, suffixes, strict=True)):
             keep = torch.cat([torch.arange(past - start, past), torch.arange(past, past + len(suffix))])
+            keep = keep.to(self.device)
             layers = [
                 (layer.keys[row : row + 1].index_select(2, keep), layer.values[row : row + 1].index_select(2, keep))
                 for layer in cache.layers
