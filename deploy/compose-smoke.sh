@@ -6,14 +6,20 @@
 #   3. train SMOKE_STEPS steps; the trainer's log must show real tokens, RL and SFT tokens and a nonzero grad;
 #   4. `down` (everything stopped at once, as podman-compose does), `up` again;
 #   5. the trainer must resume at its checkpointed step (step and version continue, not 0) and keep training on
-#      real tokens; then the held-out eval of the served policy, beside the step-0 one.
+#      real tokens; then the held-out eval of the served policy, beside the step-0 one;
+#   6. Prometheus must list the rollout among its targets, up (after each `up`), and both replicas after
+#      `up --scale rollout=2` (GET /api/v1/targets). Under the smoke's own project the container names that
+#      prometheus.yml also looks up (those of project coda-stack) do not exist: this checks the lookup of the
+#      service name, the one that works whatever the project is called.
 # Every wait has a timeout; the first failed check stops the script with exit status 1.
 #
 # Settings (environment): SMOKE_STEPS (steps before the stop; default 30: between tiny-cpu's checkpoints at 20
 # and 40, so the restart shows whether the trainer checkpointed when stopped or falls back to step 20),
 # SMOKE_MORE_STEPS (after the restart; 5), SMOKE_PROJECT (compose project; coda-smoke: its own volumes,
 # removed at the start), SMOKE_BUILD=0 (use the images as built), SMOKE_KEEP=1 (leave the stack up at the end),
-# SMOKE_EVAL=0 (skip the final eval), SMOKE_UP_TIMEOUT_S, SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
+# SMOKE_EVAL=0 (skip the final eval), SMOKE_PROMETHEUS=0 (leave Prometheus out: its image is upstream, so a host
+# without a registry needs one built locally, README "Compose with podman"), SMOKE_UP_TIMEOUT_S,
+# SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
 # COMPOSE ("docker compose" or "podman-compose" to choose), PODMAN_BUILD_ARGS (default "--format docker": an
 # OCI image drops HEALTHCHECK), TORCH_CPU_INDEX_URL (a mirror of the CPU wheels).
 set -euo pipefail
@@ -25,8 +31,13 @@ MORE_STEPS=${SMOKE_MORE_STEPS:-5}
 UP_TIMEOUT=${SMOKE_UP_TIMEOUT_S:-3600}       # includes the image builds on a cold machine
 HEALTH_TIMEOUT=${SMOKE_HEALTH_TIMEOUT_S:-600}
 TRAIN_TIMEOUT=${SMOKE_TRAIN_TIMEOUT_S:-1800}
-# The app services of the cpu profile (Prometheus and Grafana are left out: nothing here checks them).
+# The app services of the cpu profile (built here), and what is brought up: those and Prometheus, whose target
+# list is checked (Grafana is left out: nothing here checks it).
 SERVICES=(redis prepare retriever policy-cpu searcher rollout trainer-cpu)
+UP_SERVICES=("${SERVICES[@]}")
+PROMETHEUS=${SMOKE_PROMETHEUS:-1}
+if [ "$PROMETHEUS" != 0 ]; then UP_SERVICES+=(prometheus); fi
+PROMETHEUS_PORT=${PROMETHEUS_HOST_PORT:-9090}
 declare -A PORTS=([retriever]=${RETRIEVER_HOST_PORT:-8000} [searcher]=${SEARCHER_HOST_PORT:-8001}
                   [policy-cpu]=${POLICY_HOST_PORT:-8002} [trainer-cpu]=${TRAINER_HOST_PORT:-8003}
                   [rollout]=$(p=${ROLLOUT_PORTS:-8004:8004}; p=${p%:*}; echo "${p##*:}"))
@@ -90,6 +101,28 @@ wait_until() {  # wait_until SECONDS DESCRIPTION COMMAND...: poll every 5 s
     done
 }
 
+read -r -d '' ROLLOUT_TARGETS_PY <<'PY' || true
+import json, sys
+targets = [t for t in json.load(sys.stdin)["data"]["activeTargets"] if t["labels"].get("job") == "rollout"]
+print(sum(t["health"] == "up" for t in targets), len(targets))
+PY
+
+rollout_targets() {  # "UP TOTAL": Prometheus's active targets of the rollout job
+    http_get "http://127.0.0.1:$PROMETHEUS_PORT/api/v1/targets?state=active" \
+        | python3 -c "$ROLLOUT_TARGETS_PY" 2>/dev/null || echo "0 0"
+}
+check_prometheus() {  # check_prometheus N: exactly N rollout targets, all up (each replica scraped, once)
+    [ "$PROMETHEUS" != 0 ] || return 0
+    local deadline=$(( $(date +%s) + HEALTH_TIMEOUT )) seen
+    until seen=$(rollout_targets); [ "$seen" = "$1 $1" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] \
+            || fail "Prometheus's rollout targets (up, total): $seen, not $1 up within ${HEALTH_TIMEOUT}s"
+        healthchecks
+        sleep 5
+    done
+    say "prometheus: the rollout job has $1 target(s), all up"
+}
+
 trainer_ready() { [ -n "$(status_field step)" ]; }
 exited() { [ "$("$ENGINE" inspect --format '{{.State.Status}}' "$1")" = exited ]; }
 redis_pong() { "$ENGINE" exec -e REDISCLI_AUTH="$REDIS_PASSWORD" "$(container redis)" redis-cli ping | grep -q PONG; }
@@ -142,8 +175,8 @@ latest_checkpoint() {  # the step of the newest complete checkpoint (0 when none
 bring_up() {
     local started
     started=$(date +%s)
-    say "up -d ${SERVICES[*]}"
-    timeout "$UP_TIMEOUT" "${COMPOSE_CMD[@]}" up -d "${SERVICES[@]}" || fail "up did not succeed"
+    say "up -d ${UP_SERVICES[*]}"
+    timeout "$UP_TIMEOUT" "${COMPOSE_CMD[@]}" up -d "${UP_SERVICES[@]}" || fail "up did not succeed"
     local id code
     id=$(container prepare)
     [ -n "$id" ] || fail "no prepare container"
@@ -159,6 +192,7 @@ bring_up() {
     done
     wait_until "$HEALTH_TIMEOUT" "redis ping" redis_pong
     say "redis: PONG; all up in $(( $(date +%s) - started ))s"
+    check_prometheus 1
 }
 
 wait_step() {  # wait_step N: until the trainer's step reaches N, a line per new step
@@ -230,6 +264,16 @@ if [ "${SMOKE_EVAL:-1}" != 0 ]; then
     say "held-out eval of the served policy (python -m services.stack eval)"
     timeout 900 "${COMPOSE_CMD[@]}" run --rm --no-deps prepare eval --label smoke 2>&1 \
         | grep -E '^\[eval|ALL|failed' | sed 's/^/    /' || fail "the eval failed"
+fi
+
+# ---------------------------------------------------------------- 6. a second rollout replica, scraped too
+if [ "$PROMETHEUS" != 0 ]; then
+    # ROLLOUT_PORTS=8004: each replica gets a free host port (two cannot both publish 8004); the rollout is
+    # recreated with it. Prometheus reaches the replicas inside the network (deploy/prometheus/prometheus.yml).
+    say "up --scale rollout=2"
+    ROLLOUT_PORTS=8004 timeout "$UP_TIMEOUT" "${COMPOSE_CMD[@]}" up -d --no-deps --scale rollout=2 rollout \
+        || fail "scaling the rollout to 2 did not succeed"
+    check_prometheus 2
 fi
 
 if [ "${SMOKE_KEEP:-0}" = 0 ]; then

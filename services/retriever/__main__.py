@@ -125,8 +125,8 @@ def run_eval(args: argparse.Namespace) -> None:
     from services.retriever.engine import load_retriever
     from services.retriever.evaluate import evaluate, format_table, load_qa
 
-    settings = RetrieverSettings.load(
-        index_dir=str(args.index), dense_backend=args.dense_backend, cpu_threads=args.cpu_threads
+    settings = RetrieverSettings.load(  # hybrid: every mode is evaluated, whatever CODA_RETRIEVER_MODE says
+        index_dir=str(args.index), dense_backend=args.dense_backend, cpu_threads=args.cpu_threads, mode="hybrid"
     )
     retriever = load_retriever(settings)
     table = evaluate(

@@ -1,7 +1,8 @@
 """The retriever's HTTP app: Search-R1-compatible ``POST /retrieve`` plus ``/health``, ``/metrics``, ``/docs``.
 
-Startup loads the index onto ``app.state`` (the encoder loaded and warmed: ``/health`` is ready only then)
-and starts the scheduler (``batching``). The route validates, resolves defaults (topk null/0 → the server
+Startup loads the index onto ``app.state`` (the encoder loaded and warmed: ``/health`` is ready only then;
+a sparse-only server, ``mode = "sparse"``, loads no encoder and answers dense/hybrid requests 400) and starts
+the scheduler (``batching``). The route validates, resolves defaults (topk null/0 → the server
 default, exactly like Search-R1), waits for its queries' chunks and writes the JSON itself: corpus rows are
 spliced in as stored bytes, which keeps big responses cheap. If the client disconnects first, the route
 cancels its job, so its chunks not yet started are never computed.
@@ -21,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from services.retriever.batching import BatcherStopped, MicroBatcher
 from services.retriever.config import RetrieverSettings
 from services.retriever.corpus import CorpusStore
-from services.retriever.engine import SearchSpec, load_retriever
+from services.retriever.engine import SearchSpec, SparseOnlyError, load_retriever
 from shared.http import ApiError, create_app
 from shared.log import get_logger
 from shared.metrics import LATENCY_BUCKETS
@@ -76,10 +77,13 @@ def resolve(body: RetrieveRequest, settings: RetrieverSettings) -> SearchSpec:
     depth = body.depth or settings.depth
     if depth > settings.max_depth:
         raise ApiError(f"depth {depth} is above this server's limit of {settings.max_depth}")
+    mode = body.mode or settings.mode
+    if settings.mode == "sparse" and mode != "sparse":  # refused here, not in a chunk shared with others
+        raise ApiError(str(SparseOnlyError(mode)), param="mode")
     return SearchSpec(
         queries=body.queries,
         k=k,
-        mode=body.mode or settings.mode,
+        mode=mode,
         fusion=body.fusion or settings.fusion,
         sparse_weight=settings.sparse_weight if body.sparse_weight is None else body.sparse_weight,
         depth=depth,
@@ -139,7 +143,7 @@ def build_app(settings: RetrieverSettings) -> FastAPI:
         retriever = getattr(app.state, "retriever", None)
         if retriever is None:
             raise RuntimeError("index not loaded yet")
-        return f"{retriever.num_docs} documents, dense={settings.dense_backend}"
+        return f"{retriever.num_docs} documents, dense={'off' if retriever.sparse_only else settings.dense_backend}"
 
     app, registry = create_app(
         "retriever",

@@ -26,7 +26,11 @@ class RetrieverSettings(ServiceSettings):
     max_queries: int = Field(10_000, ge=1, description="Most queries in one request (else 400)")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body (else 413)")
 
-    mode: Literal["hybrid", "dense", "sparse"] = Field("hybrid", description="Default retrieval mode")
+    mode: Literal["hybrid", "dense", "sparse"] = Field(
+        "hybrid",
+        description="Default retrieval mode. sparse: BM25 only, no encoder or dense index loaded (requests "
+        "for dense or hybrid get 400)",
+    )
     fusion: Literal["minmax", "rrf", "zscore"] = Field("minmax", description="Default hybrid fusion")
     sparse_weight: float = Field(0.5, ge=0, le=1, description="Default convex weight of BM25 (minmax/zscore)")
     depth: int = Field(100, ge=1, description="Default candidates per side before fusing (at least topk)")

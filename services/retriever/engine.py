@@ -4,7 +4,8 @@
 queued up), removes duplicate queries (GRPO's n rollouts of one prompt often ask the same thing), encodes
 once, searches each side once at the largest depth any request needs, then cuts and fuses per request.
 On CPU several worker threads call it at once, each single-threaded inside torch and FAISS (see
-``batching``); on a GPU one thread does.
+``batching``); on a GPU one thread does. A server started with ``mode = "sparse"`` is sparse-only: it loads
+neither the encoder nor the dense index (``load_retriever``) and refuses dense and hybrid searches.
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ log = get_logger(__name__)
 MANIFEST_FILE = "manifest.json"
 Result = tuple[np.ndarray, np.ndarray]  # (ids, scores), shape (n_queries, k), ids −1 = empty slot
 SideSearch = Callable[[list[str], int], Result]
+
+
+class SparseOnlyError(ValueError):
+    """A dense or hybrid search asked of a retriever that loaded no encoder (``mode = "sparse"``)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(
+            f'this retriever was started sparse-only ([retriever] mode = "sparse"): it loaded no encoder and no '
+            f"dense index, so it cannot answer mode={mode}; send mode=sparse (or no mode), or restart it with "
+            f'mode = "hybrid" or "dense"'
+        )
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,10 @@ def available_cpus() -> int:
 
 
 class Retriever:
-    """Owns the indexes; ``search_many(specs)`` → one ``(ids, scores)`` per spec."""
+    """Owns the indexes; ``search_many(specs)`` → one ``(ids, scores)`` per spec.
+
+    ``dense`` and ``encoder`` are None in a sparse-only retriever (see ``load_retriever``).
+    """
 
     def __init__(
         self,
@@ -106,12 +121,16 @@ class Retriever:
         and on a CPU shared with other busy processes two spinning threads made one small query 10–20×
         slower than one thread did.
         """
-        if getattr(self._local, "limited", False):
+        if getattr(self._local, "limited", False) or self.dense is None:  # sparse-only: FAISS never runs
             return
         import faiss
 
         faiss.omp_set_num_threads(1)
         self._local.limited = True
+
+    @property
+    def sparse_only(self) -> bool:
+        return self.encoder is None
 
     @property
     def num_docs(self) -> int:
@@ -153,6 +172,10 @@ class Retriever:
 
     def search_many(self, specs: list[SearchSpec], wide: bool = False) -> list[Result]:
         """``wide``: no other chunk is running, so the encoder may use every worker's core (see batching)."""
+        if self.sparse_only:
+            refused = next((s.mode for s in specs if s.mode != "sparse"), None)
+            if refused is not None:
+                raise SparseOnlyError(refused)
         self.prepare_thread()
         dense = self._side(
             [s if s.mode != "sparse" else None for s in specs], functools.partial(self._dense, wide=wide)
@@ -179,9 +202,14 @@ class Retriever:
 
 
 def load_retriever(settings, observe: Callable[[str, float], None] | None = None) -> Retriever:
-    """Load everything an index directory holds, with the settings' overrides."""
-    from services.retriever.dense import FaissIndex
-    from services.retriever.encoder import Encoder
+    """Load what the settings' mode needs from an index directory, with the settings' overrides.
+
+    ``mode = "sparse"`` loads the corpus and BM25 only. A request may ask for another mode than the server's
+    default, so serving dense on such a server would mean loading the model on its first dense request; that
+    stalled every query for the ~8 s the load takes on CPU (one index owner), so a sparse-only server refuses
+    those requests instead (``SparseOnlyError``, a 400 at the route). Any other mode loads and warms the encoder
+    here, once, before the app reports ready.
+    """
     from services.retriever.sparse import SparseIndex
 
     index_dir = Path(settings.index_dir)
@@ -189,18 +217,38 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
     started = time.perf_counter()
     corpus = CorpusStore(index_dir)
     sparse = SparseIndex.load(index_dir, mmap=settings.bm25_mmap)
+    dense = encoder = None
+    if settings.mode != "sparse":
+        dense = _load_dense(settings, index_dir, manifest)
+        encoder = _load_encoder(settings, manifest)
+    log.info(
+        "index loaded",
+        extra={
+            "index_dir": str(index_dir),
+            "docs": len(corpus),
+            "dense": settings.dense_backend if dense is not None else "off (sparse-only)",
+            "seconds": round(time.perf_counter() - started, 2),
+        },
+    )
+    return Retriever(corpus, sparse, dense, encoder, observe, cpu_threads=settings.cpu_threads)
+
+
+def _load_dense(settings, index_dir: Path, manifest: dict):
     if settings.dense_backend == "chroma":
         from services.retriever.chroma import ChromaIndex
 
         if "chroma" not in manifest.get("dense_backends", []):
             raise ValueError(f"{index_dir} has no chroma collection; rebuild with `build --chroma`")
-        dense = ChromaIndex.load(index_dir, ef_search=settings.chroma_ef_search)
-    else:
-        dense = FaissIndex.load(index_dir, settings.faiss_search_params, use_gpu=settings.faiss_gpu)
+        return ChromaIndex.load(index_dir, ef_search=settings.chroma_ef_search)
+    from services.retriever.dense import FaissIndex
 
-    # Loaded and warmed here, before the app reports ready, in every mode: a sparse-default server still
-    # answers mode=dense requests, and loading the model on the first one stalled every query (one index
-    # owner) for the ~8 s the load takes on CPU.
+    return FaissIndex.load(index_dir, settings.faiss_search_params, use_gpu=settings.faiss_gpu)
+
+
+def _load_encoder(settings, manifest: dict):
+    """The query encoder, checked against the index's dimension and warmed (the first request does not pay)."""
+    from services.retriever.encoder import Encoder
+
     encoder = Encoder(
         settings.encoder or manifest["encoder"]["name"],
         query_prefix=(
@@ -218,13 +266,4 @@ def load_retriever(settings, observe: Callable[[str, float], None] | None = None
             f"encoder {encoder.name} gives {encoder.dim}-d vectors; the index holds {manifest['encoder']['dim']}-d"
         )
     log.info("encoder warm", extra={"encoder": encoder.name, "seconds": round(encoder.warm(), 3)})
-    log.info(
-        "index loaded",
-        extra={
-            "index_dir": str(index_dir),
-            "docs": len(corpus),
-            "dense": settings.dense_backend,
-            "seconds": round(time.perf_counter() - started, 2),
-        },
-    )
-    return Retriever(corpus, sparse, dense, encoder, observe, cpu_threads=settings.cpu_threads)
+    return encoder

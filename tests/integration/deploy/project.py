@@ -8,6 +8,7 @@ import functools
 import importlib
 import inspect
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,29 @@ def container_ports(service: dict[str, Any]) -> list[int]:
     return out
 
 
+def hostnames(name: str, service: dict[str, Any]) -> set[str]:
+    """The names a service answers to inside the compose network: its own and its network aliases."""
+    names = {name}
+    for net in (service.get("networks") or {}).values():
+        names.update((net or {}).get("aliases", []))
+    return names
+
+
+def built_from(service: dict[str, Any]) -> str | None:
+    """The service folder whose Dockerfile builds this image (None for upstream images)."""
+    build = service.get("build")
+    return build["dockerfile"].removeprefix("Dockerfile.") if build else None
+
+
+def listen_port(service: dict[str, Any]) -> int:
+    """The port a service listens on: its settings default, or vLLM's --port."""
+    folder = built_from(service)
+    if folder:
+        return settings_class(folder).model_fields["port"].default
+    flags = [a for a in service.get("command", []) if isinstance(a, str) and a.startswith("--port=")]
+    return int(flags[0].split("=", 1)[1]) if flags else container_ports(service)[0]
+
+
 def settings_class(service: str) -> type[ServiceSettings]:
     """The one ServiceSettings subclass in ``services/<service>/config.py``."""
     module = importlib.import_module(f"services.{service}.config")
@@ -154,6 +178,20 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
         word, _, rest = full.partition(" ")
         out.append((word.upper(), rest.strip()))
     return out
+
+
+def dockerfile_env(path: Path) -> dict[str, str]:
+    """What the Dockerfile's ``ENV`` instructions set (``KEY=value ...``, or the old ``KEY value``)."""
+    env: dict[str, str] = {}
+    for instruction, args in dockerfile_instructions(path):
+        if instruction != "ENV":
+            continue
+        words = shlex.split(args)
+        if words and "=" not in words[0]:
+            env[words[0]] = " ".join(words[1:])
+            continue
+        env.update(word.split("=", 1) for word in words)
+    return env
 
 
 def _cli_tree(service: str):

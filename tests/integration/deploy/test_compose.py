@@ -15,13 +15,17 @@ import yaml
 from tests.integration.deploy.project import (
     ROOT,
     SERVICES,
+    built_from,
     cli_flags,
     compose,
     container_ports,
     dockerfile,
+    dockerfile_env,
     dockerfile_instructions,
     env_example,
     env_prefix,
+    hostnames,
+    listen_port,
     raw_compose,
     service_environment,
     settings_class,
@@ -47,28 +51,6 @@ def _validate(*paths: Path) -> subprocess.CompletedProcess:
 
 def _active(services: dict, profiles: set[str]) -> dict:
     return {name: s for name, s in services.items() if not s.get("profiles") or set(s["profiles"]) & profiles}
-
-
-def _hostnames(name: str, service: dict) -> set[str]:
-    names = {name}
-    for net in (service.get("networks") or {}).values():
-        names.update((net or {}).get("aliases", []))
-    return names
-
-
-def _built_from(service: dict) -> str | None:
-    """The service folder whose Dockerfile builds this image (None for upstream images)."""
-    build = service.get("build")
-    return build["dockerfile"].removeprefix("Dockerfile.") if build else None
-
-
-def _port_of(name: str, service: dict) -> int:
-    """The port a service listens on: its settings default, or vLLM's --port."""
-    folder = _built_from(service)
-    if folder:
-        return settings_class(folder).model_fields["port"].default
-    flags = [a for a in service.get("command", []) if isinstance(a, str) and a.startswith("--port=")]
-    return int(flags[0].split("=", 1)[1]) if flags else container_ports(service)[0]
 
 
 def test_compose_file_passes_the_compose_spec_schema(tmp_path):
@@ -130,7 +112,7 @@ def test_depends_on_targets_exist_wait_for_health_and_respect_profiles():
 @pytest.mark.parametrize("profiles", PROFILE_SETS, ids=("vllm", "vllm+searcher-llm", "laptop"))
 def test_each_profile_set_is_complete_and_every_url_reaches_a_running_service(profiles):
     services = _active(compose()["services"], profiles)
-    hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
+    hosts = {h: name for name, s in services.items() for h in hostnames(name, s)}
     assert "policy" in hosts and "trainer" in hosts, f"profiles {profiles} start no policy or no trainer"
     for name, service in services.items():
         for target, spec in service.get("depends_on", {}).items():
@@ -144,14 +126,14 @@ def test_each_profile_set_is_complete_and_every_url_reaches_a_running_service(pr
             assert host in hosts, f"{name}.{key}={value}: no service {host} under profiles {profiles}"
             target = hosts[host]
             if target != "redis":
-                assert port == _port_of(target, services[target]), f"{name}.{key}: {target} listens elsewhere"
+                assert port == listen_port(services[target]), f"{name}.{key}: {target} listens elsewhere"
 
 
 def _has_healthcheck(service: dict) -> bool:
     check = service.get("healthcheck")
     if check is not None:
         return not check.get("disable", False)
-    folder = _built_from(service)
+    folder = built_from(service)
     return bool(folder) and any(i == "HEALTHCHECK" for i, _ in dockerfile_instructions(dockerfile(folder)))
 
 
@@ -182,6 +164,34 @@ def test_volumes_are_declared_used_and_bind_sources_exist():
         assert needed in declared
 
 
+def _on_writable_volume(path: str, service: dict) -> bool:
+    """Whether ``path`` lies in a named volume the service mounts read-write (a restart keeps what is there)."""
+    for mount in service.get("volumes", []):
+        source, target, *mode = mount.split(":")
+        if source.startswith((".", "/")) or "ro" in mode:
+            continue
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def test_the_onnx_export_cache_lies_on_a_volume():
+    """The retriever exports its query encoder to ONNX once per model (~5 s) into CODA_ONNX_CACHE; outside a
+    volume the export is lost with the container and made again at every restart."""
+    checked = []
+    for name, service in compose()["services"].items():
+        folder = built_from(service)
+        if not folder or service.get("restart") == "no":
+            continue
+        env = {**dockerfile_env(dockerfile(folder)), **service_environment(service)}
+        if "CODA_ONNX_CACHE" in env:
+            assert _on_writable_volume(env["CODA_ONNX_CACHE"], service), (
+                f"{name}: CODA_ONNX_CACHE={env['CODA_ONNX_CACHE']} is not on a writable named volume"
+            )
+            checked.append(name)
+    assert "retriever" in checked  # the service that exports one sets where it goes
+
+
 def test_weights_are_seen_at_the_same_path_by_the_trainer_and_the_policy():
     """The trainer sends the policy absolute paths of what it wrote: both mount the volume at that path,
     and the CPU server accepts paths under it."""
@@ -200,7 +210,7 @@ def test_volume_mount_points_exist_in_our_images_owned_by_the_service_user():
     """A fresh named volume takes the owner of its mount point in the image: those folders must be
     created (and chowned) by the Dockerfile, or the non-root service cannot write to its volume."""
     for name, service in compose()["services"].items():
-        folder = _built_from(service)
+        folder = built_from(service)
         if not folder:
             continue
         text = " ".join(args for ins, args in dockerfile_instructions(dockerfile(folder)) if ins == "RUN")
@@ -214,7 +224,7 @@ def test_volume_mount_points_exist_in_our_images_owned_by_the_service_user():
 def test_every_service_gets_the_same_recipe_and_it_exists():
     env = env_example()
     for name, service in compose(env)["services"].items():
-        if _built_from(service) and service.get("restart") != "no":
+        if built_from(service) and service.get("restart") != "no":
             recipe = service_environment(service).get("CODA_RECIPE")
             assert recipe == f"/app/configs/{env['RECIPE']}.toml", f"{name}: CODA_RECIPE={recipe}"
             assert "./configs:/app/configs:ro" in service["volumes"], f"{name} does not mount the recipes"
@@ -256,37 +266,14 @@ def test_coda_env_vars_name_real_settings_fields(monkeypatch):
 def test_ports_agree_with_the_settings_classes():
     services = compose()["services"]
     for name, service in services.items():
-        folder = _built_from(service)
+        folder = built_from(service)
         if not folder or service.get("restart") == "no":
             continue
-        port = _port_of(name, service)
+        port = listen_port(service)
         assert container_ports(service) == [port], f"{name} publishes {container_ports(service)}, listens on {port}"
     # vLLM takes the CPU server's place under the same URL, so it listens on the inference port.
-    assert _port_of("policy", services["policy"]) == settings_class("inference").model_fields["port"].default
+    assert listen_port(services["policy"]) == settings_class("inference").model_fields["port"].default
     assert container_ports(services["policy"]) == container_ports(services["policy-cpu"])
-
-
-def test_prometheus_scrapes_every_service_where_it_listens():
-    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
-    targets = {t for job in scrape["scrape_configs"] for c in job.get("static_configs", []) for t in c["targets"]}
-    targets |= {
-        f"{name}:{c['port']}"
-        for job in scrape["scrape_configs"]
-        for c in job.get("dns_sd_configs", [])
-        for name in c["names"]
-    }
-    services = compose()["services"]
-    hosts = {h: name for name, s in services.items() for h in _hostnames(name, s)}
-    for target in targets - {"localhost:9090"}:
-        host, port = target.split(":")
-        assert host in hosts, f"Prometheus scrapes {host}, which compose does not define"
-        expected = _port_of(hosts[host], services[hosts[host]])
-        assert expected is None or int(port) == expected, target
-    for name, service in services.items():
-        if _built_from(service) and service.get("restart") != "no":
-            assert any(t.split(":")[0] in _hostnames(name, service) for t in targets), (
-                f"Prometheus does not scrape {name}"
-            )
 
 
 _INVOCATION = re.compile(r"python -m services\.(\w+) ([\w-]+)((?: +(?:--[\w-]+|\"[^\"]*\"|[^\s|&;\"]+))*)")
@@ -296,7 +283,7 @@ def test_commands_are_real_subcommands_and_flags_of_the_service_clis():
     """What compose runs in our images (the command, or a one-shot's shell line) exists in __main__.py."""
     checked = 0
     for name, service in compose()["services"].items():
-        folder = _built_from(service)
+        folder = built_from(service)
         if not folder:
             continue
         command = service.get("command", [])

@@ -1,34 +1,10 @@
-"""The engine behind the server: start-up state, batched searches over modes, the encoder's prefixes."""
+"""The engine behind the server: batched searches over modes, the encoder's prefixes (start-up: test_startup)."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from services.retriever.app import build_app
-from services.retriever.config import RetrieverSettings
-from services.retriever.encoder import Encoder
 from services.retriever.engine import SearchSpec
-from shared.redis_server import free_port
-from tests.integration.retriever.conftest import TEST_SETTINGS, ServerThread
-
-
-def test_sparse_default_server_warms_the_encoder_before_it_is_ready(index_dir):
-    # A sparse-default server (the CPU embedded default) still answers mode=dense; loading the model on that
-    # first request stalled every query for ~8 s. It is loaded and warmed before /health says ready.
-    app = build_app(RetrieverSettings.load(index_dir=str(index_dir), mode="sparse", **TEST_SETTINGS))
-    with ServerThread(app, free_port()) as server:
-        assert httpx.get(server.url + "/health").status_code == 200
-        retriever = app.state.retriever
-        encoder = retriever.encoder
-        assert isinstance(encoder, Encoder) and encoder.warm_s is not None  # before any request
-        dense = httpx.post(server.url + "/retrieve", json={"queries": ["Scott Derrickson"], "mode": "dense"})
-        assert dense.status_code == 200 and len(dense.json()["result"][0]) == 3
-        assert retriever.encoder is encoder  # the first dense query used the warm encoder
-        ids, scores = retriever.search(["Scott Derrickson", "Ed Wood", "Scott Derrickson"], 3, "sparse")
-        assert ids.shape == (3, 3) and ids[0].tolist() == ids[2].tolist()  # duplicates searched once
-        assert scores[0, 0] >= scores[0, 1] >= scores[0, 2] > 0
-        assert "Scott Derrickson" in retriever.corpus.contents(int(ids[0, 0]))
 
 
 def test_search_many_mixes_modes_and_depths(server):

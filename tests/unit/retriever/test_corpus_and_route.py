@@ -71,6 +71,17 @@ def test_resolve_enforces_the_limits():
         resolve(RetrieveRequest(queries=["q"], depth=201), settings)
 
 
+def test_resolve_refuses_dense_and_hybrid_on_a_sparse_only_server():
+    settings = RetrieverSettings(mode="sparse")
+    assert resolve(RetrieveRequest(queries=["q"]), settings).mode == "sparse"  # no mode: the server's
+    assert resolve(RetrieveRequest(queries=["q"], mode="sparse"), settings).mode == "sparse"
+    for mode in ("dense", "hybrid"):
+        with pytest.raises(ApiError, match=f"started sparse-only .* cannot answer mode={mode}") as refused:
+            resolve(RetrieveRequest(queries=["q"], mode=mode), settings)
+        assert (refused.value.status_code, refused.value.param) == (400, "mode")
+    assert resolve(RetrieveRequest(queries=["q"], mode="sparse"), RetrieverSettings(mode="dense")).mode == "sparse"
+
+
 def test_split_contents_keeps_the_quotes_like_search_r1():
     assert split_contents('"Evan Morris"\nEvan L. Morris\nmore') == ('"Evan Morris"', "Evan L. Morris\nmore")
     assert split_contents("no title line") == ("no title line", "")
