@@ -57,6 +57,9 @@ def rag_messages(question: str, docs: Sequence[tuple[str, str]]) -> Messages:
 
 
 # ---------------------------------------------------------------- CoDA planner and executor
+# The tag formats are shown with placeholders only, never with a concrete entity or answer: SmolLM2-135M copied
+# the old examples verbatim (bench/results/qa.md, HotpotQA: 58 of 150 held-out episodes delegated the example
+# task, 37 answered the example answer). tests/unit/agents/test_prompt_examples.py keeps it that way.
 PLANNER_SYSTEM = (
     "You answer hard questions by splitting them into simple sub-questions and settling them one at a time.\n"
     "Rules:\n"
@@ -64,10 +67,10 @@ PLANNER_SYSTEM = (
     "2. Never rely on memory for a fact: ask for it.\n"
     "3. Make the final answer answer the original question.\n"
     "Reason inside <think> and </think>. To get a fact, hand one sub-question to a helper by writing "
-    "<task> one clear sub-question </task>; the helper's answer comes back between <result> and </result>. "
-    "Put exactly one question in each task (for example: <task> Who directed Inception? </task>). "
-    "When you know the final answer, write it briefly between <answer> and </answer>, for example "
-    "<answer> Ada Lovelace </answer>."
+    "<task> one sub-question </task>; the helper's answer comes back between <result> and </result>. "
+    "Put exactly one question in each task; a later task may build on an earlier result. "
+    "When you know the final answer, write it between <answer> and </answer>: a few words (a name, a place, "
+    "a date, a number, or yes or no), not a sentence."
 )
 
 EXECUTOR_SYSTEM = (
@@ -75,8 +78,8 @@ EXECUTOR_SYSTEM = (
     "Reason inside <think> and </think>. When a fact is missing, write <search> a query </search>; the "
     "matching documents come back between <documents> and </documents>. After every search, condense what "
     "the documents say about the question between <refine> and </refine>. Search again if you still lack "
-    "something. Finish with a short answer between <answer> and </answer>, for example "
-    "<answer> Ada Lovelace </answer>."
+    "something. Finish with the answer alone between <answer> and </answer>: a few words (a name, a place, "
+    "a date, a number, or yes or no), not a sentence."
 )
 
 

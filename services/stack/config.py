@@ -83,6 +83,18 @@ class StackSettings(ServiceSettings):
         "demonstrations, as a user who must write or buy them has; every step cycles through them",
     )
     sft_think: bool = Field(True, description="Begin each demonstrated action with a fixed <think> sentence")
+    sft_hops: Literal["question", "supporting"] = Field(
+        "question",
+        description="question: each demonstration searches the question once; supporting: a two-hop question "
+        "(bridge, comparison) is shown with a search per hop, from its supporting titles (CoDA: a sub-question "
+        "per hop where the data says what it asks; make-sft --hops)",
+    )
+    sft_max_obs_tokens: int = Field(
+        0,
+        ge=0,
+        description="Content tokens each observation of a demonstration keeps (0: all); set it to [rollout] "
+        "max_obs_tokens so a demonstration shows no more of a document than a rollout does",
+    )
     inference: Literal["cpu-server", "vllm"] = Field(
         "cpu-server",
         description="Policy server: our CPU server, or a real vLLM started by deploy/vllm/serve.sh "

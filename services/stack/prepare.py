@@ -76,9 +76,9 @@ class Layout:
     def for_run(cls, run: Path, stack: StackSettings, sft_format: str = "search") -> Layout:
         """``make train``: everything inside the run's own folder, but for a real model (``[stack] model``):
         that is shared by every run, and imported once from ``[stack] model_source`` when missing; its index and
-        demonstrations are cached under ``<run_root>/../cache`` by the hash of what they are made from, so a
-        new run of the same recipe starts without rebuilding them. (The tiny model is built per run with its
-        own tokenizer, so its run keeps its own.)"""
+        demonstrations are cached under ``<run_root>/../cache`` by the hash of what they are made from (the
+        demonstrations' also by the prompts they show), so a new run of the same recipe starts without
+        rebuilding them. (The tiny model is built per run with its own tokenizer, so its run keeps its own.)"""
         if stack.model == "tiny":
             return cls(
                 model=run / "model",
@@ -89,6 +89,8 @@ class Layout:
                 evals=run / "eval",
                 source=None,
             )
+        from services.trainer.demonstrations import prompt_fingerprint
+
         cache = Path(stack.run_root).parent / "cache"
         index_args = next((args for corpus, args in BUNDLED_INDEXES.values() if corpus == stack.corpus), [])
         index_key = content_key(Path(stack.corpus), *index_args)
@@ -104,6 +106,11 @@ class Layout:
             stack.system_prompt,
             *([] if stack.env_turn == "inline" else [stack.env_turn]),  # inline: the cache keys of earlier runs
             *([stack.sft_limit] if stack.sft_limit else []),
+            # What the demonstrations show besides the data: after a prompt edit they are made again, never
+            # read from a file that holds the old prompt.
+            prompt_fingerprint(sft_format),
+            stack.sft_hops,
+            stack.sft_max_obs_tokens,
         )
         return cls(
             model=Path(stack.model),
@@ -213,6 +220,7 @@ def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt:
         + ([] if stack.system_prompt is None else ["--system-prompt", stack.system_prompt])
         + ["--env-turn", stack.env_turn]
         + (["--limit", str(stack.sft_limit)] if stack.sft_limit else [])
+        + ["--hops", stack.sft_hops, "--max-obs-tokens", str(stack.sft_max_obs_tokens)]
     )
 
 

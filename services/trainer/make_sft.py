@@ -1,6 +1,7 @@
 """``make-sft``: SFT demonstrations for RED from gold answers and documents the retriever ACTUALLY returned.
 
-Each demonstration follows the flat search protocol, token-in/token-out exactly as a rollout would build it:
+Each demonstration follows the flat search protocol, token-in/token-out exactly as a rollout would build it
+(``services.trainer.demonstrations`` assembles them):
 
     prompt (mask 0) → "<think>…</think><search> question </search>" (mask 1)
     → "<information>" + the real top-k documents + "</information>" (mask 0)
@@ -16,6 +17,15 @@ the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with
 ``<answer>``), so co-training teaches the format the CoDA loop runs (upstream CoDA's SFT data never
 used ``<task>``; ``docs/upstream.md``).
 
+``--hops supporting`` (the multi-hop recipes) shows each hop of a two-hop question (``services.trainer.hops``):
+the flat agent searches twice (a bridge question: the question, then the bridge entity; a comparison: each
+compared entity), each search followed by what the retriever returned for it; the CoDA planner delegates one
+sub-question per hop, each to its own executor, when the row's annotations say what the hops ask (2Wiki's
+evidence triples). A two-hop demonstration is kept only when each search brought back the supporting paragraph
+it is for (each executor's documents, its answer); otherwise, and for every other question, the one-search
+demonstration above. ``--max-obs-tokens`` cuts each observation as the rollout's ``max_obs_tokens``
+does, so a demonstration never shows more of a document than the policy will see.
+
 Documents are never written by us (upstream CoDA fabricated documents that contained the answer and trained the
 model to hallucinate them); they are masked out of the loss like every observation. A question is kept only
 when the retrieved text supports its gold answer (the answer occurs in it, or for yes/no questions, a
@@ -26,18 +36,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from recipes.answers import as_gold_list, normalize_answer
-from recipes.core.tokenizer import INLINE
-from recipes.prompts import (
-    OBSERVATION_WRAP,
-    executor_messages,
-    format_documents,
-    planner_messages,
-    search_agent_messages,
+from services.trainer.demonstrations import (
+    Search,
+    Style,
+    executor_demonstration,
+    planner_demonstration,
+    search_demonstration,
 )
+from services.trainer.hops import HopPlan, plan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +93,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep questions whose retrieved documents do not support the answer",
     )
+    p.add_argument(
+        "--hops",
+        choices=["question", "supporting"],
+        default="question",
+        help="question: one search of the question per demonstration; supporting: two searches (CoDA: two "
+        "delegations) for two-hop questions, read from the rows' supporting titles",
+    )
+    p.add_argument(
+        "--max-obs-tokens",
+        type=int,
+        default=0,
+        help="cut each observation to this many content tokens, as the rollout's max_obs_tokens (0 = whole)",
+    )
 
 
 def supported(docs_text: str, golds: list[str], titles: list[str], supporting: list[str]) -> bool:
@@ -94,93 +116,6 @@ def supported(docs_text: str, golds: list[str], titles: list[str], supporting: l
     return any(f" {normalize_answer(g)} " in text for g in golds if normalize_answer(g))
 
 
-def _assemble(tok, pieces: list[tuple[list[int], int]]) -> tuple[list[int], list[int]]:
-    ids: list[int] = []
-    mask: list[int] = []
-    for part, m in pieces:
-        ids += part
-        mask += [m] * len(part)
-    if tok.eos_token_id is not None:
-        ids.append(tok.eos_token_id)
-        mask.append(1)
-    return ids, mask
-
-
-def _thought(text: str, think: bool) -> str:
-    return f"<think> {text} </think>\n" if think else ""
-
-
-def demonstration(
-    tok, question: str, gold: str, docs_text: str, think: bool = True, frame: tuple[str, str] = INLINE
-) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask of one flat search demonstration (layout in the module docstring); ``frame``
-    goes around the observation as the rollout's ``env_turn`` puts it (``recipes.core.tokenizer.env_frame``)."""
-    before, after = OBSERVATION_WRAP["information"]
-    before, after = frame[0] + before, after + frame[1]
-    return _assemble(
-        tok,
-        [
-            (tok.render(search_agent_messages(question)), 0),
-            (tok.encode(f"{_thought('I should look this up.', think)}<search> {question.strip()} </search>"), 1),
-            (tok.encode(f"{before}{docs_text}{after}"), 0),
-            (tok.encode(f"{_thought('The passages give the answer.', think)}<answer> {gold} </answer>"), 1),
-        ],
-    )
-
-
-def evidence(passages: list[str], gold: str) -> str:
-    """The retrieved sentence that contains the answer (else the top passage's first sentence)."""
-    sentences = [x.strip() for p in passages for x in re.split(r"(?<=[.!?])\s+|\n", p) if x.strip()]
-    for sentence in sentences:
-        if gold.lower() in sentence.lower():
-            return sentence
-    return sentences[0] if sentences else ""
-
-
-def coda_demonstrations(
-    tok,
-    question: str,
-    gold: str,
-    docs_text: str,
-    passages: list[str],
-    think: bool = True,
-    frame: tuple[str, str] = INLINE,
-) -> list[tuple[str, list[int], list[int]]]:
-    """``(role, ids, mask)`` of the executor's and the planner's demonstration for one question."""
-    d_before, d_after = OBSERVATION_WRAP["documents"]
-    r_before, r_after = OBSERVATION_WRAP["result"]
-    d_before, d_after, r_before, r_after = (
-        frame[0] + d_before,
-        d_after + frame[1],
-        frame[0] + r_before,
-        r_after + frame[1],
-    )
-    executor = _assemble(
-        tok,
-        [
-            (tok.render(executor_messages(question)), 0),
-            (tok.encode(f"{_thought('I need to search for this.', think)}<search> {question.strip()} </search>"), 1),
-            (tok.encode(f"{d_before}{docs_text}{d_after}"), 0),
-            (tok.encode(f"<refine> {evidence(passages, gold)} </refine>\n<answer> {gold} </answer>"), 1),
-        ],
-    )
-    planner = _assemble(
-        tok,
-        [
-            (tok.render(planner_messages(question)), 0),
-            (
-                tok.encode(
-                    f"{_thought('One fact settles this; I will ask for it.', think)}<task> {question.strip()} </task>"
-                ),
-                1,
-            ),
-            (tok.encode(f"{r_before}{gold}{r_after}"), 0),
-            (tok.encode(f"{_thought('The helper found the answer.', think)}<answer> {gold} </answer>"), 1),
-        ],
-    )
-    return [("executor", *executor), ("planner", *planner)]
-
-
 def build(
     rows: list[dict],
     tok,
@@ -188,34 +123,91 @@ def build(
     topk: int,
     keep_unsupported: bool = False,
     fmt: str = "search",
-    think: bool = True,
-    frame: tuple[str, str] = INLINE,
+    style: Style = Style(),
+    hops: str = "question",
 ) -> list[dict]:
-    """Demonstrations for ``rows`` with one batched retrieval call for all questions."""
-    results = retriever.retrieve([r["question"] for r in rows], topk=topk)
+    """Demonstrations for ``rows`` (``fmt``: search or coda; ``hops``: question, or supporting for two-hop
+    demonstrations where a row allows one) with one batched retrieval call for every query they show."""
+    plans = [plan(row) if hops == "supporting" else None for row in rows]
+    queries = [row["question"] for row in rows] + [q for p in plans if p for q in _queries(p, fmt)]
+    unique = list(dict.fromkeys(queries))
+    found = dict(zip(unique, retriever.retrieve(unique, topk=topk), strict=True))
     out = []
-    for row, docs in zip(rows, results, strict=True):
+    for row, hop_plan in zip(rows, plans, strict=True):
         golds = as_gold_list(row["golden_answers"])
-        docs_text = format_documents([(d.title, d.text) for d in docs])
-        supporting = (row.get("metadata") or {}).get("supporting_titles", [])
-        if not keep_unsupported and not supported(docs_text, golds, [d.title.strip('"') for d in docs], supporting):
-            continue
-        if fmt == "coda":
-            demos = coda_demonstrations(tok, row["question"], golds[0], docs_text, [d.text for d in docs], think, frame)
-        else:
-            demos = [("policy", *demonstration(tok, row["question"], golds[0], docs_text, think, frame))]
-        for role, ids, mask in demos:
-            out.append(
-                {
-                    "id": row.get("id"),
-                    "role": role,
-                    "token_ids": ids,
-                    "loss_mask": mask,
-                    "doc_ids": [d.id for d in docs],
-                    "answer": golds[0],
-                }
-            )
+        demos = _two_hops(tok, row, golds, hop_plan, found, fmt, style) if hop_plan else []
+        out += demos or _one_search(tok, row, golds, found[row["question"]], fmt, style, keep_unsupported)
     return out
+
+
+def _queries(hop_plan: HopPlan, fmt: str) -> list[str]:
+    return [t.task for t in hop_plan.tasks] if fmt == "coda" else list(hop_plan.queries)
+
+
+def _record(row: dict, role: str, demo: tuple[list[int], list[int]], answer: str, searches: list[Search]) -> dict:
+    ids, mask = demo
+    return {
+        "id": row.get("id"),
+        "role": role,
+        "token_ids": ids,
+        "loss_mask": mask,
+        "doc_ids": [i for s in searches for i in s.doc_ids],
+        "queries": [s.query for s in searches],
+        "answer": answer,
+    }
+
+
+def _one_search(tok, row: dict, golds: list[str], docs, fmt: str, style: Style, keep_unsupported: bool) -> list[dict]:
+    """The question searched verbatim, its documents, the answer (CoDA: the question delegated whole)."""
+    search = Search.of(row["question"], docs)
+    shown = style.observation(tok, "information", search.text)[1]
+    supporting = (row.get("metadata") or {}).get("supporting_titles", [])
+    if not keep_unsupported and not supported(shown, golds, search.shown_titles(shown), supporting):
+        return []
+    if fmt != "coda":
+        demo = search_demonstration(tok, row["question"], [search], golds[0], style)
+        return [_record(row, "policy", demo, golds[0], [search])]
+    executor = executor_demonstration(tok, search.query, search, golds[0], style)
+    planner = planner_demonstration(tok, row["question"], [(search.query, golds[0])], golds[0], style)
+    return [
+        _record(row, "executor", executor, golds[0], [search]),
+        _record(row, "planner", planner, golds[0], [search]),
+    ]
+
+
+def _two_hops(tok, row: dict, golds: list[str], hop_plan: HopPlan, found: dict, fmt: str, style: Style) -> list[dict]:
+    """The two-hop demonstration(s) of a row, or [] when its searches do not show what each hop needs."""
+    if fmt == "coda":
+        return _delegations(tok, row, golds, hop_plan, found, style)
+    searches = [Search.of(q, found[q]) for q in hop_plan.queries]
+    shown = [style.observation(tok, "information", s.text)[1] for s in searches]
+    titles = [s.shown_titles(text) for s, text in zip(searches, shown, strict=True)]
+    # Each search shows the paragraph it is for (a second search that found nothing new is no hop).
+    if not all(set(want) <= set(got) for want, got in zip(hop_plan.targets, titles, strict=True)):
+        return []
+    supporting = [t for want in hop_plan.targets for t in want]
+    if not supported("".join(shown), golds, [t for got in titles for t in got], supporting):
+        return []
+    demo = search_demonstration(tok, row["question"], searches, golds[0], style)
+    return [_record(row, "policy", demo, golds[0], searches)]
+
+
+def _delegations(tok, row: dict, golds: list[str], hop_plan: HopPlan, found: dict, style: Style) -> list[dict]:
+    """CoDA: an executor per sub-question (its answer must be in the documents it was shown), then the
+    planner that delegated them one per turn and answers the question."""
+    out, delegations, searches = [], [], []
+    for sub in hop_plan.tasks:
+        search = Search.of(sub.task, found[sub.task])
+        shown = f" {normalize_answer(style.observation(tok, 'documents', search.text)[1])} "
+        answer = next((a for a in sub.answers if normalize_answer(a) and f" {normalize_answer(a)} " in shown), None)
+        if answer is None:
+            return []
+        demo = executor_demonstration(tok, sub.task, search, answer, style)
+        out.append(_record(row, "executor", demo, answer, [search]))
+        delegations.append((sub.task, answer))
+        searches.append(search)
+    planner = planner_demonstration(tok, row["question"], delegations, golds[0], style)
+    return [*out, _record(row, "planner", planner, golds[0], searches)] if out else []
 
 
 def qa_rows(source: str, split: str = "all") -> list[dict]:
@@ -243,13 +235,16 @@ def run(args: argparse.Namespace) -> str:
         rows = rows[: args.limit]
     tok = HFTokenizer(args.model, args.system_prompt)
     frame = env_frame(tok, args.env_turn)
+    style = Style(args.think, frame, args.max_obs_tokens)
     with RetrieverClient(args.retriever_url) as retriever:
-        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, args.think, frame)
+        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, style, args.hops)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))
     tmp.replace(args.out)
+    questions = {d["id"] for d in demos}
+    two_hops = {d["id"] for d in demos if len(d["queries"]) > 1}
     return (
-        f"wrote {len(demos)} demonstrations ({len(rows) - len(demos)} questions without supporting "
-        f"documents skipped) to {args.out}"
+        f"wrote {len(demos)} demonstrations of {len(questions)} questions ({len(two_hops)} with two hops; "
+        f"{len(rows) - len(questions)} questions without supporting documents skipped) to {args.out}"
     )

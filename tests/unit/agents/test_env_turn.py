@@ -15,7 +15,7 @@ from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord
 from recipes.prompts import format_documents
 from recipes.search_r1 import reward
-from services.trainer.make_sft import demonstration
+from services.trainer.demonstrations import demonstration
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
 
 CLOSE_ASSISTANT = "<|im_end|>\n"

@@ -62,6 +62,19 @@ def test_every_shipped_recipe_on_a_benchmark_trains_on_train_and_evaluates_held_
     assert checked >= 3  # smol-hotpotqa, smol-2wiki, smol-coda-hotpotqa at least
 
 
+def test_every_benchmark_recipe_shows_both_hops_cut_as_its_rollout_cuts():
+    checked = 0
+    for path in sorted((REPO / "configs").glob("*.toml")):
+        rollout = RolloutSettings.load(str(path))
+        if rollout.dataset.removeprefix("bundled:") not in FIXED_SPLITS:
+            continue
+        stack = StackSettings.load(str(path))
+        # Uncut, two observations of three 2Wiki passages reached 3,097 tokens (past max_context_tokens).
+        assert stack.sft_hops == "supporting" and stack.sft_max_obs_tokens == rollout.max_obs_tokens, path.name
+        checked += 1
+    assert checked >= 4
+
+
 def test_2wiki_scores_the_best_alias():
     record = next(r for r in load_prompts("bundled:2wiki-dev") if "City of Light" in r.golden_answers)
     assert record.golden_answers[0] == "Paris"

@@ -63,3 +63,24 @@ def test_a_demonstration_budget_reaches_make_sft_and_has_its_own_cache_file(tmp_
     assert args[args.index("--limit") + 1] == "4" and args[args.index("--out") + 1] == str(budget_layout.sft)
     # A budgeted run never reads the full file of an earlier run (nor the reverse).
     assert budget_layout.sft != full_layout.sft and budget_layout.index == full_layout.index
+
+
+def test_a_prompt_edit_makes_the_demonstrations_again(tmp_path, monkeypatch):
+    # A cached file shows the prompt it was made with: after an edit the run must not read it.
+    import recipes.prompts as prompts
+
+    stack = StackSettings.load("configs/smol-coda-2wiki.toml")
+    before = {fmt: Layout.for_run(tmp_path, stack, fmt).sft for fmt in ("search", "coda")}
+    monkeypatch.setattr(prompts, "PLANNER_SYSTEM", prompts.PLANNER_SYSTEM.replace("one sub-question", "a question"))
+    planner_edit = {fmt: Layout.for_run(tmp_path, stack, fmt).sft for fmt in ("search", "coda")}
+    assert planner_edit["coda"] != before["coda"] and planner_edit["search"] == before["search"]
+    monkeypatch.setattr(prompts, "SEARCH_AGENT_INSTRUCTIONS", prompts.SEARCH_AGENT_INSTRUCTIONS + " Be brief.")
+    assert Layout.for_run(tmp_path, stack, "search").sft != before["search"]
+    wraps = {**prompts.OBSERVATION_WRAP, "result": ("\n<r>", "</r>\n")}
+    monkeypatch.setattr("services.trainer.demonstrations.OBSERVATION_WRAP", wraps)  # where the demonstrations read it
+    assert Layout.for_run(tmp_path, stack, "coda").sft != planner_edit["coda"]
+    # Nor does one without the other's demonstration options (two hops, observations cut), nor the reverse.
+    one_hop = stack.model_copy(update={"sft_hops": "question", "sft_max_obs_tokens": 0})
+    assert Layout.for_run(tmp_path, one_hop, "coda").sft != Layout.for_run(tmp_path, stack, "coda").sft
+    args = make_sft_args(stack, Layout.for_run(tmp_path, stack, "coda"), "http://r", "coda")
+    assert args[args.index("--hops") + 1] == "supporting" and args[args.index("--max-obs-tokens") + 1] == "384"

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from recipes.core.tokenizer import CharTokenizer
-from services.trainer.make_sft import build, demonstration, supported
+from services.trainer.demonstrations import Style, demonstration
+from services.trainer.make_sft import build, supported
 from services.trainer.sft import SftData
 from shared.protocol.retrieval import RetrievedDocument
 
@@ -87,7 +88,7 @@ def test_no_think_leaves_the_fixed_thoughts_out_and_nothing_else(fmt):
     doc = RetrievedDocument(id="7", contents='"Paris"\nParis is the capital of France.', score=1.0)
     rows = [{"question": "What is the capital of France?", "golden_answers": ["Paris"]}]
     with_think = build(rows, tok, FakeRetriever([doc]), topk=1, fmt=fmt)
-    without = build(rows, tok, FakeRetriever([doc]), topk=1, fmt=fmt, think=False)
+    without = build(rows, tok, FakeRetriever([doc]), topk=1, fmt=fmt, style=Style(think=False))
     for a, b in zip(with_think, without, strict=True):
         text_a, text_b = tok.decode(a["token_ids"]), tok.decode(b["token_ids"])
         assert re.sub(r"<think> [^<]*</think>\n", "", text_a) == text_b  # (the prompts name the tag too)
