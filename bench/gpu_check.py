@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import shutil
 import statistics
@@ -48,24 +49,40 @@ def random_model(source: Path, out: Path, seed: int = 0) -> None:
 
 
 class GpuSampler(threading.Thread):
-    """Peak GPU memory in use (MiB, every process together) from nvidia-smi, sampled once a second."""
+    """Peak GPU memory in use (MiB) from nvidia-smi once a second: the whole GPU's, and each service's (by the
+    ``-m services.X`` of the process that holds it)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.peak_mib, self.done = 0, threading.Event()
+        self.peak_mib, self.by_service, self.done = 0, {}, threading.Event()
 
     def run(self) -> None:
         if shutil.which("nvidia-smi") is None:
             return
         while not self.done.wait(1.0):
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if out.returncode == 0 and out.stdout.strip():
-                self.peak_mib = max(self.peak_mib, int(out.stdout.split()[0]))
+            total = _smi("--query-gpu=memory.used")
+            if total:
+                self.peak_mib = max(self.peak_mib, int(total[0][0]))
+            for pid, used in _smi("--query-compute-apps=pid,used_memory"):
+                name = _service(int(pid))
+                self.by_service[name] = max(self.by_service.get(name, 0), int(used))
+
+
+def _smi(query: str) -> list[list[str]]:
+    out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return []
+    return [[x.strip() for x in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+
+
+def _service(pid: int) -> str:
+    import psutil
+
+    try:
+        cmd = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return f"pid {pid}"
+    return next((c.removeprefix("services.") for c in cmd if c.startswith("services.")), f"pid {pid}")
 
 
 def device_info() -> dict:
@@ -83,8 +100,14 @@ def service_lines(folder: Path, needle: str) -> list[str]:
     return [line for f in sorted(folder.rglob("*.log")) for line in f.read_text().splitlines() if needle in line]
 
 
-def summarise(folder: Path | None, code: int, wall_s: float, peak_gpu_mib: int, peak_rss_mb: float) -> dict:
-    result = {"exit_code": code, "wall_s": round(wall_s, 1), "peak_gpu_mib": peak_gpu_mib, "peak_rss_mb": peak_rss_mb}
+def summarise(folder: Path | None, code: int, wall_s: float, gpu: GpuSampler, peak_rss_mb: float) -> dict:
+    result = {
+        "exit_code": code,
+        "wall_s": round(wall_s, 1),
+        "peak_gpu_mib": gpu.peak_mib,
+        "peak_gpu_mib_by_service": gpu.by_service,
+        "peak_rss_mb": peak_rss_mb,
+    }
     if folder is None:
         return result
     records = (
@@ -122,6 +145,10 @@ def render(meta: dict, result: dict) -> str:
         ("publish (LoRA adapter → server), median s", median("publish_seconds")),
         ("sync checks: largest abs Δ logprob, each", ", ".join(f"{x:.2e}" for x in syncs) or "none logged"),
         ("peak GPU memory in use (all processes)", f"{result['peak_gpu_mib']} MiB"),
+        (
+            "peak GPU memory by service",
+            ", ".join(f"{k} {v} MiB" for k, v in sorted(result.get("peak_gpu_mib_by_service", {}).items())) or "–",
+        ),
         ("peak host RSS of the process tree", f"{result['peak_rss_mb']:.0f} MB"),
     ]
     lines = [
@@ -177,7 +204,9 @@ def main() -> None:
         "CODA_INFERENCE_DEVICE": "cpu" if args.cpu else "cuda",
     }
     args.work.mkdir(parents=True, exist_ok=True)
-    env = {**clean_env(), **overrides, "PYTHONPATH": str(ROOT)}
+    # The caller's PYTHONPATH stays behind ROOT: a GPU host without network carries its packages that way.
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**clean_env(), **overrides, "PYTHONPATH": pythonpath}
     cmd = [sys.executable, "-m", "services.stack", "train", "--recipe", str(RECIPE), "--new"]
     runs = args.work / "runs"
     before = set(runs.glob("*")) if runs.exists() else set()
@@ -187,7 +216,7 @@ def main() -> None:
     start, code, rss, _ = launch([*cmd, "--run-root", str(runs)], env, args.work / "stack.log", ROOT, args.timeout_s)
     sampler.done.set()
     folders = sorted(set(runs.glob("*")) - before) if runs.exists() else []
-    result = summarise(folders[-1] if folders else None, code, time.time() - start, sampler.peak_mib, rss)
+    result = summarise(folders[-1] if folders else None, code, time.time() - start, sampler, rss)
     meta = info | {
         "args": " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),

@@ -155,10 +155,16 @@ def load_adapter(runner: ModelRunner, name: str, directory: Path, replace: bool 
         unload_adapter(runner, name)
     first = not runner.has_adapters
     try:
+        # autocast_adapter_dtype=False: peft would upcast a bf16 adapter to fp32, computing LoRA in another
+        # precision than the trainer that saved it (measured on a GPU: sync check 1e-2 instead of 2e-6).
         if first:
-            runner.model = PeftModel.from_pretrained(runner.base, str(directory), adapter_name=name, is_trainable=False)
+            runner.model = PeftModel.from_pretrained(
+                runner.base, str(directory), adapter_name=name, is_trainable=False, autocast_adapter_dtype=False
+            )
         else:
-            runner.model.load_adapter(str(directory), adapter_name=name, is_trainable=False)
+            runner.model.load_adapter(
+                str(directory), adapter_name=name, is_trainable=False, autocast_adapter_dtype=False
+            )
     except Exception:
         if first:
             runner.model = runner.base
