@@ -46,20 +46,28 @@ def reference(tiny_model):
     return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
 
 
-@pytest.fixture(scope="session")
-def server_url(tiny_model, weights_root):
-    from testing.local_inference import serve_in_thread
-
-    settings = InferenceSettings(
+def server_settings(tiny_model: Path, weights_root: Path, **overrides) -> InferenceSettings:
+    """A server of the tiny model named ``policy`` on a free port, room for two rank-16 adapters."""
+    base = dict(
         model=str(tiny_model),
         served_model_name="policy",
         port=free_port(),
         weights_root=str(weights_root),
         max_loras=2,
         max_lora_rank=16,
-        max_num_seqs=64,
     )
-    with serve_in_thread(settings) as url:
+    return InferenceSettings(**{**base, **overrides})
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="session")
+def server_url(tiny_model, weights_root):
+    from testing.local_inference import serve_in_thread
+
+    with serve_in_thread(server_settings(tiny_model, weights_root, max_num_seqs=64)) as url:
         yield url
 
 

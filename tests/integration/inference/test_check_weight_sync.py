@@ -12,20 +12,14 @@ from pathlib import Path
 from services.inference.config import InferenceSettings
 from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread
+from tests.integration.inference.conftest import server_settings
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "deploy" / "vllm" / "check_weight_sync.py"
 
 
 def test_every_step_matches_the_forward_pass(tmp_path, tiny_model, weights_root, perturbed, lora_adapter):
-    settings = InferenceSettings(
-        model=str(tiny_model),
-        served_model_name="policy",
-        port=free_port(),
-        weights_root=str(weights_root),
-        max_loras=2,
-        max_lora_rank=16,
-    )
+    settings = server_settings(tiny_model, weights_root)
     out = tmp_path / "sync.json"
     with serve_in_thread(settings) as url:
         run = subprocess.run(

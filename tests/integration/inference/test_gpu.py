@@ -9,10 +9,8 @@ import asyncio
 
 import pytest
 
-from services.inference.config import InferenceSettings
 from shared.inference_client import InferenceClient, SyncInferenceClient
-from shared.redis_server import free_port
-from tests.integration.inference.conftest import reference_logprobs
+from tests.integration.inference.conftest import max_diff, reference_logprobs, server_settings
 
 pytestmark = pytest.mark.gpu
 
@@ -22,21 +20,7 @@ PROMPTS = [[11, 22, 33, 44, 55], [7, 8, 9], [101, 102, 103, 104, 105, 106, 107, 
 def serve(tiny_model, weights_root, precision: str):
     from testing.local_inference import serve_in_thread
 
-    settings = InferenceSettings(
-        model=str(tiny_model),
-        served_model_name="policy",
-        port=free_port(),
-        weights_root=str(weights_root),
-        max_loras=2,
-        max_lora_rank=16,
-        device="cuda",
-        precision=precision,
-    )
-    return serve_in_thread(settings)
-
-
-def _max_diff(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+    return serve_in_thread(server_settings(tiny_model, weights_root, device="cuda", precision=precision))
 
 
 def test_fp32_on_the_gpu_matches_the_cpu_reference_with_and_without_lora(
@@ -61,7 +45,7 @@ def test_fp32_on_the_gpu_matches_the_cpu_reference_with_and_without_lora(
         model = lora_model if i % 2 else reference
         choice = out.choices[0]
         assert len(choice.token_ids) == 12
-        assert _max_diff(choice.logprobs, reference_logprobs(model, prompt, choice.token_ids)) < 2e-3
+        assert max_diff(choice.logprobs, reference_logprobs(model, prompt, choice.token_ids)) < 2e-3
 
 
 def test_bf16_on_the_gpu_decodes_like_the_reference(tiny_model, weights_root, reference):
@@ -69,4 +53,4 @@ def test_bf16_on_the_gpu_decodes_like_the_reference(tiny_model, weights_root, re
         out = client.complete("policy", PROMPTS[0], max_tokens=8, temperature=0, ignore_eos=True).choices[0]
     ref = reference_logprobs(reference, PROMPTS[0], out.token_ids)
     # bf16 weights carry ~3 significant digits: close to the fp32 reference, not equal to it.
-    assert _max_diff(out.logprobs, ref) < 0.1
+    assert max_diff(out.logprobs, ref) < 0.1

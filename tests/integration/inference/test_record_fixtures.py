@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.inference.config import InferenceSettings
-from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread
+from tests.integration.inference.conftest import server_settings
 
 REPO = Path(__file__).resolve().parents[3]
 CURRENT = [
@@ -31,14 +30,7 @@ def test_recorder_captures_every_current_fixture_and_they_pass_the_contract_suit
     shutil.copytree(REPO / "tests" / "fixtures" / "vllm", out)
     before = {name: (out / name).read_text() for name in os.listdir(out)}
     # Its own server: the recorder reloads weights (version 7), which other tests' server must not see.
-    settings = InferenceSettings(
-        model=str(tiny_model),
-        served_model_name="policy",
-        port=free_port(),
-        weights_root=str(weights_root),
-        max_loras=2,
-        max_lora_rank=16,
-    )
+    settings = server_settings(tiny_model, weights_root)
     with serve_in_thread(settings) as url:
         run = subprocess.run(
             [

@@ -10,23 +10,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.inference.config import InferenceSettings
-from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread
+from tests.integration.inference.conftest import server_settings
 
 PROMPT = [5, 17, 300, 42, 9, 77]
 
 
 @pytest.fixture(scope="module")
 def url(tiny_model, weights_root):
-    settings = InferenceSettings(
-        model=str(tiny_model),
-        served_model_name="policy",
-        port=free_port(),
-        weights_root=str(weights_root),
-        max_loras=2,
-        max_lora_rank=16,
-    )
+    settings = server_settings(tiny_model, weights_root)
     with serve_in_thread(settings) as url:
         yield url
 

@@ -12,13 +12,9 @@ import httpx
 import pytest
 
 from shared.inference_client import InferenceClient, InferenceError
-from tests.integration.inference.conftest import reference_logprobs
+from tests.integration.inference.conftest import max_diff, reference_logprobs
 
 PROMPT = [5, 17, 300, 42, 9, 77]
-
-
-def _max_diff(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def _greedy(model, prompt: list[int], steps: int) -> list[int]:
@@ -40,15 +36,15 @@ def test_lora_load_changes_outputs_to_the_adapters_and_unload_restores(client, r
         greedy = client.complete("policy-v1", PROMPT, max_tokens=12, temperature=0, ignore_eos=True).choices[0]
         assert greedy.token_ids == _greedy(lora_model, PROMPT, 12)
         sampled = client.complete("policy-v1", PROMPT, max_tokens=16, seed=7, ignore_eos=True).choices[0]
-        assert _max_diff(sampled.logprobs, reference_logprobs(lora_model, PROMPT, sampled.token_ids)) < 1e-4
+        assert max_diff(sampled.logprobs, reference_logprobs(lora_model, PROMPT, sampled.token_ids)) < 1e-4
         # the perturbation is real: the adapter scores the base's tokens differently
-        assert _max_diff(reference_logprobs(lora_model, PROMPT, before.token_ids), before.logprobs) > 1e-3
+        assert max_diff(reference_logprobs(lora_model, PROMPT, before.token_ids), before.logprobs) > 1e-3
         base_again = client.complete("policy", PROMPT, max_tokens=16, seed=7, ignore_eos=True).choices[0]
         assert base_again.token_ids == before.token_ids
     finally:
         assert "removed successfully" in client.unload_lora("policy-v1")
     after = client.complete("policy", PROMPT, max_tokens=16, seed=7, ignore_eos=True).choices[0]
-    assert after.token_ids == before.token_ids and _max_diff(after.logprobs, before.logprobs) < 1e-5
+    assert after.token_ids == before.token_ids and max_diff(after.logprobs, before.logprobs) < 1e-5
     with pytest.raises(InferenceError) as info:
         client.complete("policy-v1", PROMPT, max_tokens=2)
     assert info.value.status_code == 404
@@ -68,7 +64,7 @@ async def test_base_and_adapter_rows_share_a_batch(server_url, client, reference
         for i, out in enumerate(outs):
             model = lora_model if i % 2 else reference
             ref = reference_logprobs(model, PROMPT, out.choices[0].token_ids)
-            assert _max_diff(out.choices[0].logprobs, ref) < 1e-4
+            assert max_diff(out.choices[0].logprobs, ref) < 1e-4
     finally:
         client.unload_lora("mixed")
 
@@ -107,18 +103,18 @@ def test_full_reload_serves_exactly_the_new_weights_then_the_original(client, re
         out = client.complete("policy", PROMPT, max_tokens=16, seed=9, ignore_eos=True)
         assert out.weight_version == 5
         choice = out.choices[0]
-        assert _max_diff(choice.logprobs, reference_logprobs(new_model, PROMPT, choice.token_ids)) < 1e-4
+        assert max_diff(choice.logprobs, reference_logprobs(new_model, PROMPT, choice.token_ids)) < 1e-4
         greedy = client.complete("policy", PROMPT, max_tokens=12, temperature=0, ignore_eos=True).choices[0]
         assert greedy.token_ids == _greedy(new_model, PROMPT, 12)
         assert (
-            _max_diff(reference_logprobs(new_model, PROMPT, before.choices[0].token_ids), before.choices[0].logprobs)
+            max_diff(reference_logprobs(new_model, PROMPT, before.choices[0].token_ids), before.choices[0].logprobs)
             > 1e-3
         )
     finally:
         client.reload_weights(str(tiny_model), version=6)
     after = client.complete("policy", PROMPT, max_tokens=16, seed=9, ignore_eos=True)
     assert after.weight_version == 6 and after.choices[0].token_ids == before.choices[0].token_ids
-    assert _max_diff(after.choices[0].logprobs, before.choices[0].logprobs) < 1e-5
+    assert max_diff(after.choices[0].logprobs, before.choices[0].logprobs) < 1e-5
 
 
 async def test_reload_waits_for_in_flight_requests(server_url, client, reference, perturbed, tiny_model):
@@ -133,9 +129,9 @@ async def test_reload_waits_for_in_flight_requests(server_url, client, reference
         new = await llm.complete("policy", PROMPT, max_tokens=8, seed=1, ignore_eos=True)
         await llm.reload_weights(str(tiny_model))
     assert old.weight_version == old_version and results[0]["weight_version"] == str(old_version + 1)
-    assert _max_diff(old.choices[0].logprobs, reference_logprobs(reference, PROMPT, old.choices[0].token_ids)) < 1e-4
+    assert max_diff(old.choices[0].logprobs, reference_logprobs(reference, PROMPT, old.choices[0].token_ids)) < 1e-4
     assert new.weight_version == old_version + 1
-    assert _max_diff(new.choices[0].logprobs, reference_logprobs(new_model, PROMPT, new.choices[0].token_ids)) < 1e-4
+    assert max_diff(new.choices[0].logprobs, reference_logprobs(new_model, PROMPT, new.choices[0].token_ids)) < 1e-4
 
 
 def test_reload_errors_change_nothing(client, weights_root, tmp_path, tiny_model):
