@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import redis
 
+from shared.contract import DEFAULT_CONTRACT
 from shared.protocol import AdmissionMark
-
-ADMISSION_KEY = "policy:admission"
 
 # KEYS[1]: stream, KEYS[2]: publish counter; ARGV[1]: consumer group. Redis ≥ 6.2 (exclusive XRANGE start).
 _CONSUMED = """
@@ -47,7 +46,7 @@ def encode_mark(mark: AdmissionMark) -> str:
     return mark.model_dump_json()
 
 
-def read_mark(client: redis.Redis, key: str = ADMISSION_KEY) -> AdmissionMark | None:
+def read_mark(client: redis.Redis, key: str = DEFAULT_CONTRACT.admission_key) -> AdmissionMark | None:
     """The trainer's last mark, or None when it never wrote one (then the rollout falls back to versions)."""
     raw = client.get(key)
     return None if raw is None else AdmissionMark.model_validate_json(raw)

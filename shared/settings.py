@@ -3,9 +3,10 @@
 Precedence, lowest to highest: field defaults < the recipe's TOML section < environment < command line.
 A recipe (``configs/*.toml``) describes one experiment for all services; each service reads its own table
 (``[retriever]``, ``[rollout]``, …). Unknown keys are errors (``extra="forbid"``) so typos never pass silently.
-Values several services must agree on (the model, the step size, the staleness bound, the sampling
-temperature, stream and key names) are written once in a ``[shared]`` table: each service takes the ones it
-uses (``shared_keys``: shared name → its own field), and its own table wins where both set one.
+Values several services read (the model, the pipeline contract of ``shared.contract``: the step size, the
+staleness bound, the sampling temperature, stream and key names) are written once in a ``[shared]`` table: each
+service takes the ones it uses (``shared_keys``: shared name → its own field), and its own table wins where
+both set one. ``contract()`` is the pipeline contract as a service holds it.
 
     class RetrieverSettings(ServiceSettings):
         model_config = service_config("CODA_RETRIEVER_")
@@ -31,19 +32,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from shared.contract import PipelineContract
+
 RECIPE_ENV = "CODA_RECIPE"
-# [shared] keys, each read by the services that declare it in ``shared_keys``.
-# What the rollout and the trainer must agree on, field for field (each reads them under these names).
-PIPELINE_KEYS = (
-    "groups_per_step",
-    "max_staleness",
-    "temperature",
-    "redis_url",
-    "stream",
-    "weights_stream",
-    "version_key",
-)
-SHARED_KEYS = frozenset({"model", "served_model_name", "system_prompt", "env_turn", *PIPELINE_KEYS})
+# [shared] keys, each read by the services that declare it in ``shared_keys``: the pipeline contract's fields
+# and a few more that are the same for every service reading them.
+SHARED_KEYS = frozenset({"model", "system_prompt", "env_turn", "redis_url", *PipelineContract.model_fields})
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 
@@ -104,6 +98,19 @@ class ServiceSettings(BaseSettings):
     model_config = service_config("CODA_")
     toml_section: ClassVar[str] = "common"
     shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
+    contract_fields: ClassVar[dict[str, str]] = {}  # pipeline contract field → this service's field
+
+    def contract_values(self) -> dict[str, Any]:
+        """The fields of the pipeline contract this service holds, under the contract's names."""
+        return {name: getattr(self, field) for name, field in self.contract_fields.items()}
+
+    def contract(self) -> PipelineContract:
+        """The pipeline contract as this service holds it (the rollout and the trainer hold all of it)."""
+        values = self.contract_values()
+        missing = sorted(set(PipelineContract.model_fields) - set(values))
+        if missing:
+            raise TypeError(f"{type(self).__name__} holds only part of the pipeline contract (not {missing})")
+        return PipelineContract(**values)
 
     @classmethod
     def settings_customise_sources(

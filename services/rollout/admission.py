@@ -19,6 +19,8 @@ import asyncio
 import contextlib
 import time
 
+from shared.contract import DEFAULT_CONTRACT
+
 
 def admission_limit(max_staleness: int, version: int, groups_per_step: int, consumed: int | None = None) -> int:
     """How many groups may have been started in all: ``consumed + (s + 1)·g`` (``consumed`` unknown: ``v·g``)."""
@@ -128,7 +130,7 @@ class RedisAdmission(Admission):
         *,
         version: int = 0,
         max_running: int | None = None,
-        published_key: str = "rollout:published",
+        published_key: str = DEFAULT_CONTRACT.published_key,
         prefix: str = "rollout",
         heartbeat_ttl_s: float = 30.0,
         poll_s: float = 0.1,

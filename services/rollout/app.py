@@ -21,6 +21,7 @@ from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
 from services.rollout.weights import WeightFollower
+from shared.contract import announce
 from shared.http import create_app
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
@@ -35,6 +36,12 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         client = redis.Redis.from_url(settings.redis_url)
+        # First of all: a rollout whose pipeline contract differs from the trainer's must not start.
+        try:
+            await asyncio.to_thread(announce, client, settings.contract(), "rollout")
+        except BaseException:
+            client.close()
+            raise
         records = settings.records()
         async with agent_context(settings, tok=tok) as ctx:
             accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)

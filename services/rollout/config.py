@@ -9,18 +9,21 @@ from pydantic import Field, field_validator
 from recipes import RECIPES, Recipe, get_recipe, load_reward
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord, load_prompts, select_split
-from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
+from shared.contract import contract_field, contract_names
+from shared.settings import ServiceSettings, service_config
 
 
 class RolloutSettings(ServiceSettings):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
+    # model_name: the rollout's name of the contract's served_model_name, from before there was one.
+    contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="model_name")
     shared_keys: ClassVar[dict[str, str]] = {
         "model": "tokenizer",
-        "served_model_name": "model_name",
         "system_prompt": "system_prompt",
         "env_turn": "env_turn",
-        **{k: k for k in PIPELINE_KEYS},
+        "redis_url": "redis_url",
+        **contract_fields,
     }
 
     agent: str = Field(
@@ -39,18 +42,14 @@ class RolloutSettings(ServiceSettings):
 
     # ------------------------------------------------------------ services
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams and version key")
-    stream: str = Field("trajectories", description="Stream the trajectory groups are published to")
+    stream: str = contract_field("stream")
     stream_maxlen: int = Field(10_000, ge=1, description="Approximate cap on the trajectories stream length")
-    weights_stream: str = Field("weights", description="Stream of the trainer's weight-update events")
-    version_key: str = Field("policy:version", description="Redis key holding the live policy version")
-    admission_key: str = Field(
-        "policy:admission", description="Redis key of the trainer's admission mark (groups it has taken)"
-    )
-    published_key: str = Field(
-        "rollout:published", description="Redis counter of groups published (the 'accepted' term of admission)"
-    )
+    weights_stream: str = contract_field("weights_stream")
+    version_key: str = contract_field("version_key")
+    admission_key: str = contract_field("admission_key")
+    published_key: str = contract_field("published_key")
     inference_url: str = Field("http://127.0.0.1:8002", description="Policy inference server (vLLM API)")
-    model_name: str = Field("policy", description="Served name of the base policy model")
+    model_name: str = contract_field("served_model_name")
     frozen_model_name: str | None = Field(None, description="Served name of the frozen worker (default: model_name)")
     tokenizer: str = Field("", description="Tokenizer directory of the served model ('char': the test tokenizer)")
     retriever_url: str = Field("http://127.0.0.1:8000", description="Retriever (Search-R1 /retrieve API)")
@@ -87,8 +86,8 @@ class RolloutSettings(ServiceSettings):
 
     # ------------------------------------------------------------ sampling and admission
     n_samples: int = Field(4, ge=1, description="Episodes per prompt (the GRPO group size)")
-    groups_per_step: int = Field(4, ge=1, description="Groups the trainer consumes per optimizer step")
-    max_staleness: int = Field(1, ge=0, description="Policy versions a group may lag behind (0: on-policy)")
+    groups_per_step: int = contract_field("groups_per_step")
+    max_staleness: int = contract_field("max_staleness")
     admission_scope: Literal["process", "redis"] = Field(
         "process", description="process: this rollout alone; redis: shared by every rollout replica"
     )
@@ -98,7 +97,7 @@ class RolloutSettings(ServiceSettings):
         ge=1,
         description="Failures in a row, by the prompt's own fault (a reward error, a 400 or plain 500), before it is dropped; failures during a dependency outage do not count",
     )
-    temperature: float = Field(1.0, ge=0, description="Policy sampling temperature")
+    temperature: float = contract_field("temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="Policy nucleus sampling mass")
     top_k: int = Field(
         0,

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 import redis
 
 from recipes.core.llm import PolicyState
-from shared.admission import ADMISSION_KEY, read_mark
+from shared.admission import read_mark
+from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
 from shared.stream import decode
@@ -29,9 +30,9 @@ class WeightFollower:
         client: redis.Redis,
         state: PolicyState,
         *,
-        stream: str = "weights",
-        version_key: str = "policy:version",
-        admission_key: str = ADMISSION_KEY,
+        stream: str = DEFAULT_CONTRACT.weights_stream,
+        version_key: str = DEFAULT_CONTRACT.version_key,
+        admission_key: str = DEFAULT_CONTRACT.admission_key,
         on_version: Callable[[int], Awaitable[None]] | None = None,
         on_consumed: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:

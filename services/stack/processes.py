@@ -161,6 +161,18 @@ class StackProcesses:
         service.stop_grace_s = self.settings.trainer_stop_grace_s
         return service
 
+    def forget_contract(self) -> None:
+        """Delete the pipeline contract announced in this run's Redis (``shared.contract``)."""
+        import redis
+
+        from shared.contract import clear
+
+        client = redis.Redis(port=self.ports.redis)
+        try:
+            clear(client)
+        finally:
+            client.close()
+
     def stop(self, sup: Supervisor, *services: Service | None) -> None:
         for service in services:
             if service is not None:

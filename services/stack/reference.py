@@ -33,11 +33,18 @@ Unknown keys are errors. List and table values take JSON in environment variable
 
 def shared_section(classes: list[tuple[str, type]]) -> list[str]:
     """The ``[shared]`` table: each key and the fields it sets, per service."""
+    from shared.contract import CONTRACT_KEY, PipelineContract
     from shared.settings import SHARED_KEYS
 
+    contract = ", ".join(f"`{key}`" for key in PipelineContract.model_fields)
     rows = [
         "\n## `[shared]` — values several services read, written once\n",
         "A service's own table wins over `[shared]` where both set a key.\n",
+        f"The pipeline contract (`shared/contract.py`: {contract}) is what the rollout and the trainer must "
+        f"agree on: each announces its own in Redis (`{CONTRACT_KEY}`) at start-up and refuses to start against "
+        "a differing one, naming the fields. Set it here, once. `make train` forgets the announcement each time "
+        f"it starts the two; elsewhere a deliberate change of recipe on the same Redis deletes it first "
+        f"(`redis-cli DEL {CONTRACT_KEY}`).\n",
         "| key | sets |",
         "|---|---|",
     ]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from recipes import get_recipe
+from services.rollout.config import RolloutSettings
 from services.stack import prepare as steps
 from services.stack import runs
 from services.stack.config import StackSettings
@@ -35,7 +36,6 @@ from services.stack.report import EvalResult, read_eval, read_log, render_summar
 from services.stack.supervisor import Service, ServiceFailed, Supervisor
 from services.trainer.config import TrainerSettings
 from shared.log import get_logger
-from shared.settings import read_recipe
 
 log = get_logger(__name__)
 
@@ -61,7 +61,7 @@ class LocalStack(StackProcesses):
         self.say = display.say if display else say
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
-        self.agent = read_recipe(recipe).get("rollout", {}).get("agent", "search-r1")
+        self.agent = RolloutSettings.load(recipe).agent  # as the rollout will read it: CODA_ROLLOUT_AGENT wins
         self.needs = get_recipe(self.agent).needs
         self.retrieves = get_recipe(self.agent).reaches_retriever
         self.demonstrations = get_recipe(self.agent).demonstrations  # make-sft's format; None: none
@@ -222,6 +222,9 @@ class LocalStack(StackProcesses):
         reads no rollouts (``rollout=False``: SFT only)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
+        # Both start here from one recipe: an earlier start's announcement (a resumed run whose recipe changed)
+        # must not refuse them; they announce anew and still refuse an override only one of them got.
+        self.forget_contract()
         if not rollout and "OMP_NUM_THREADS" not in os.environ:
             # Demonstrations only (a warm start, an SFT-only recipe): the trainer is alone, give it every core
             # (on real HotpotQA demonstrations a step took 27 s with one thread of two).

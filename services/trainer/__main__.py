@@ -16,8 +16,12 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from services.trainer.config import TrainerSettings
+
+if TYPE_CHECKING:
+    from services.trainer.outage import Patience
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +70,8 @@ def train(args: argparse.Namespace) -> int:
     if settings.port and os.environ.get("RANK", "0") == "0":  # /health answers 503 until setup is done
         serve_in_thread(app, settings.host, settings.port)
     try:
+        if os.environ.get("RANK", "0") == "0":
+            announce_contract(settings, trainer.patience)
         trainer.setup()
     except DependencyDown:
         if not stop.is_set():
@@ -76,6 +82,21 @@ def train(args: argparse.Namespace) -> int:
     state = trainer.run(stop)
     print(f"trained {state.step} steps, policy version {state.version}")
     return 0
+
+
+def announce_contract(settings: TrainerSettings, patience: Patience) -> None:
+    """Announce the pipeline contract in Redis, or refuse to start when the rollout's (or an earlier
+    trainer's) differs (``shared.contract``). Before the model is built, so a refusal comes at once; waits
+    for Redis like every start-up call (``patience``)."""
+    import redis
+
+    from shared.contract import announce
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10)  # a frozen Redis is waited out too
+    try:
+        patience.call("redis", announce, client, settings.contract(), "trainer")
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from shared.contract import contract_field, contract_names
 from shared.precision import Precision
-from shared.settings import PIPELINE_KEYS, ServiceSettings, service_config
+from shared.settings import ServiceSettings, service_config
 
 
 class TrainerSettings(ServiceSettings):
@@ -15,7 +16,9 @@ class TrainerSettings(ServiceSettings):
 
     model_config = service_config("CODA_TRAINER_")
     toml_section: ClassVar[str] = "trainer"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "model", **{k: k for k in PIPELINE_KEYS}}
+    # served_model: the trainer's name of the contract's served_model_name, from before there was one.
+    contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="served_model")
+    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "redis_url": "redis_url", **contract_fields}
 
     # ---------------------------------------------------------------- model and engine
     model: str = Field("models/tiny", description="Hugging Face model folder of the initial policy")
@@ -51,7 +54,7 @@ class TrainerSettings(ServiceSettings):
     seed: int = Field(0, description="Seed of torch / numpy / python RNGs")
 
     # ---------------------------------------------------------------- batching
-    groups_per_step: int = Field(8, ge=1, description="Trajectory groups per optimizer step")
+    groups_per_step: int = contract_field("groups_per_step")
     max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = run forever)")
     micro_batch_tokens: int = Field(
         1024,
@@ -66,8 +69,8 @@ class TrainerSettings(ServiceSettings):
         "prompt's forward and backward run once per group instead of once per sample; same gradient)",
     )
     logprob_chunk: int = Field(1024, ge=1, description="Tokens per chunk when computing logprobs from logits")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollouts (logits / T)")
-    max_staleness: int = Field(1, ge=0, description="Samples older than this many versions are stale")
+    temperature: float = contract_field("temperature")
+    max_staleness: int = contract_field("max_staleness")
     stale_policy: Literal["drop", "correct"] = Field(
         "drop", description="Stale samples: drop them (counted) or keep them with importance correction"
     )
@@ -121,7 +124,7 @@ class TrainerSettings(ServiceSettings):
 
     # ---------------------------------------------------------------- publishing
     inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
-    served_model: str = Field("policy", description="Model name of the full weights on the inference server")
+    served_model: str = contract_field("served_model_name")
     server_check_s: float = Field(
         2.0,
         ge=0,
@@ -153,15 +156,13 @@ class TrainerSettings(ServiceSettings):
 
     # ---------------------------------------------------------------- Redis
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams")
-    stream: str = Field("trajectories", description="Stream of trajectory groups")
+    stream: str = contract_field("stream")
     consumer_group: str = Field("trainer", description="Consumer group on the stream")
     consumer: str = Field("trainer-0", description="This trainer's consumer name (stable across restarts)")
-    weights_stream: str = Field("weights", description="Stream of weight-update events")
-    version_key: str = Field("policy:version", description="Redis key holding the live policy version")
-    admission_key: str = Field(
-        "policy:admission", description="Redis key of the admission mark: groups taken, for the rollout's gate"
-    )
-    published_key: str = Field("rollout:published", description="The rollout's counter of published groups")
+    weights_stream: str = contract_field("weights_stream")
+    version_key: str = contract_field("version_key")
+    admission_key: str = contract_field("admission_key")
+    published_key: str = contract_field("published_key")
     dependency_timeout_s: float = Field(
         600,
         gt=0,

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from shared.admission import ADMISSION_KEY, encode_mark
+from shared.admission import encode_mark
+from shared.contract import DEFAULT_CONTRACT
 from shared.inference_client import InferenceError, SyncInferenceClient
 from shared.log import get_logger
 from shared.protocol import AdmissionMark, WeightUpdate
@@ -88,8 +89,8 @@ class Publisher:
         weights_stream: str,
         version_key: str,
         keep: int,
-        served_model: str = "policy",
-        admission_key: str = ADMISSION_KEY,
+        served_model: str = DEFAULT_CONTRACT.served_model_name,
+        admission_key: str = DEFAULT_CONTRACT.admission_key,
     ) -> None:
         self.engine = engine
         self.root = Path(weights_dir)
