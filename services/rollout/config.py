@@ -149,6 +149,12 @@ class RolloutSettings(ServiceSettings):
     # ------------------------------------------------------------ eval
     eval_output: str = Field("runs/eval", description="Folder of eval JSON results")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many prompts")
+    eval_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="Episodes evaluated at once (default: max_running_groups). Against a CPU server keep it near "
+        "its max_num_seqs: more only queue there, and a request queued past http_timeout_s fails its episode",
+    )
     eval_policy: Literal["live", "base"] = Field(
         "live",
         description="live: the policy the trainer last published (its LoRA adapter when it trains one), "

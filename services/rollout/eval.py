@@ -32,7 +32,7 @@ log = get_logger(__name__)
 
 
 async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, tok=None) -> dict:
-    limit = asyncio.Semaphore(settings.max_running_groups)
+    limit = asyncio.Semaphore(settings.eval_concurrency or settings.max_running_groups)
     rows: list[dict] = []
     embed = make_embedder(settings.embedder)
 

@@ -75,6 +75,22 @@ def test_every_benchmark_recipe_shows_both_hops_cut_as_its_rollout_cuts():
     assert checked >= 4
 
 
+def test_every_benchmark_recipe_evaluates_no_more_episodes_at_once_than_its_server_decodes():
+    from services.inference.config import InferenceSettings
+
+    checked = 0
+    for path in sorted((REPO / "configs").glob("*.toml")):
+        rollout = RolloutSettings.load(str(path))
+        if rollout.dataset.removeprefix("bundled:") not in FIXED_SPLITS:
+            continue
+        # Past the server's max_num_seqs episodes only queue; with 64 at once, 25 of 150 held-out two-search
+        # episodes waited longer than http_timeout_s and were scored as failures.
+        assert rollout.eval_concurrency is not None, path.name
+        assert rollout.eval_concurrency <= InferenceSettings.load(str(path)).max_num_seqs, path.name
+        checked += 1
+    assert checked >= 4
+
+
 def test_2wiki_scores_the_best_alias():
     record = next(r for r in load_prompts("bundled:2wiki-dev") if "City of Light" in r.golden_answers)
     assert record.golden_answers[0] == "Paris"
