@@ -57,7 +57,6 @@ class Entry(Generic[M]):
 
     id: str
     message: M
-    deliveries: int = 1
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``.
+"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``; its metrics summed
+over a step's micro-batches (``RlMetrics``).
 
 Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
   ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
@@ -21,9 +22,9 @@ from services.trainer.rl.importance import mismatch_metrics
 from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig
 
-# Metrics that are already shares of the global loss (summed over micro-batches as they are); every other
-# metric is a local mean, weighted by the micro-batch's trained tokens.
-_ADDITIVE = {"pg_loss", "loss"}
+# Metrics that are already shares of the global loss (the global normaliser divided them): summed over
+# micro-batches as they are. Every other metric is a local mean, weighted by the micro-batch's trained tokens.
+_SHARES = {"pg_loss", "loss"}
 
 
 def loss_config(s: TrainerSettings) -> LossConfig:
@@ -42,7 +43,7 @@ def loss_config(s: TrainerSettings) -> LossConfig:
 
 @dataclass
 class Objective:
-    """Callable with the ``step.RlLoss`` signature."""
+    """Callable with the ``step.RlLoss`` signature: (this micro-batch's loss × world, its metrics for ``RlMetrics``)."""
 
     settings: TrainerSettings
     cfg: LossConfig = field(init=False)
@@ -71,30 +72,33 @@ class Objective:
             metrics.update(mismatch_metrics(logp, sampler, batch.target_mask))
         mask = batch.target_mask
         metrics["lag_mean"] = float((batch.fields["lag"] * mask).sum() / mask.sum().clamp(min=1))
-        return loss * norms["world"], weigh(metrics)
+        return loss * norms["world"], metrics
 
 
-def weigh(metrics: dict[str, float]) -> dict[str, float]:
-    """Turn local means into token-weighted sums (``*_wsum``) so they average correctly over micro-batches."""
-    n = metrics.get("num_tokens", 0.0)
-    out: dict[str, float] = {}
-    for k, v in metrics.items():
-        if k == "num_tokens":
-            out["weighted_tokens"] = n
-        elif k in _ADDITIVE:
-            out[k] = v
-        else:
-            out[f"{k}_wsum"] = v * n
-    return out
+@dataclass
+class RlMetrics:
+    """The RL objective's metrics over many micro-batches (and ranks): sums, averaged once at the end.
 
+    ``shares``: metrics each micro-batch reports as its share of the step's value (``pg_loss``, ``loss``), so
+    their sum is the value; ``token_sums``: Σ local mean × ``tokens`` of the micro-batch, for every other
+    metric, so that ``means`` weights each micro-batch by its trained tokens however the step was split.
+    """
 
-def finish(sums: dict[str, float]) -> dict[str, float]:
-    """Averages from the sums ``weigh`` produced (over all micro-batches and ranks)."""
-    n = max(sums.get("weighted_tokens", 0.0), 1.0)
-    out = {}
-    for k, v in sums.items():
-        if k.endswith("_wsum"):
-            out[k[: -len("_wsum")]] = v / n
-        elif k != "weighted_tokens":
-            out[k] = v
-    return out
+    shares: dict[str, float] = field(default_factory=dict)
+    token_sums: dict[str, float] = field(default_factory=dict)
+    tokens: float = 0.0
+
+    def add(self, metrics: dict[str, float]) -> None:
+        """Fold in one micro-batch's metrics as ``Objective`` returns them (``num_tokens``: its trained tokens)."""
+        n = metrics.get("num_tokens", 0.0)
+        self.tokens += n
+        for k, v in metrics.items():
+            if k in _SHARES:
+                self.shares[k] = self.shares.get(k, 0.0) + v
+            elif k != "num_tokens":
+                self.token_sums[k] = self.token_sums.get(k, 0.0) + v * n
+
+    def means(self) -> dict[str, float]:
+        """Each metric over all micro-batches added: the token-weighted mean, or the summed share."""
+        n = max(self.tokens, 1.0)
+        return {**{k: v / n for k, v in self.token_sums.items()}, **self.shares}

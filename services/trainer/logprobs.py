@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from services.trainer.packing import MicroBatch
+from services.trainer.rl.entropy import categorical_entropy
 
 
 def _head_chunk(
@@ -22,8 +23,7 @@ def _head_chunk(
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return logp, categorical_entropy(logp_all)
 
 
 class PolicyLogprobs(nn.Module):

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint, faults
-from services.trainer.batch_loss import Objective, finish
+from services.trainer.batch_loss import Objective
 from services.trainer.batches import GroupReader, group_check, teaching, to_sequences
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
@@ -37,11 +37,12 @@ from services.trainer.observe import Observer
 from services.trainer.outage import DependencyDown, Patience, Patient
 from services.trainer.publish import Publisher
 from services.trainer.rl.advantages import trajectory_advantages
-from services.trainer.rl.red import REDConfig, REDState, planner_accuracy, red_weights
+from services.trainer.rl.red import REDConfig, REDState, REDWeights, planner_accuracy, red_weights
 from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
-from services.trainer.step_record import step_record
+from services.trainer.step_record import Rollouts, step_record
+from services.trainer.step_result import StepResult
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample
 from shared.admission import consumed_groups
 from shared.log import get_logger
@@ -212,13 +213,14 @@ class Trainer:
             [smp.role for smp in rows],
             s.red_accuracy_threshold,
         )
-        red = red_weights(self.red, self.red_cfg, accuracy) if self.sft else {}
+        red = red_weights(self.red, self.red_cfg, accuracy) if self.sft else None
+        sft_weight = red.sft_loss_weight if red is not None else 0.0
         sft_seqs, cursor = [], st.sft_cursor
-        if self.sft and red["red/sft_loss_weight"] > 0:
+        if sft_weight > 0:
             sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
-        out = train_step(
+        result = train_step(
             self.eng,
-            StepInput(seqs, sft_seqs, red.get("red/sft_loss_weight", 0.0)),
+            StepInput(seqs, sft_seqs, sft_weight),
             self.objective,
             self.ref,
             s.micro_batch_tokens,
@@ -228,30 +230,27 @@ class Trainer:
         st.dropped_stale += dropped
         st.record_groups([g.group_id for g in groups])
         self.unacked += [e.id for e in entries]
-        self._watch_rl(out, dropped, sum(1 for smp in rows if smp.num_trained_tokens), skipped)
-        if not out["tokens"]:
+        self._watch_rl(result, dropped, sum(1 for smp in rows if smp.num_trained_tokens), skipped)
+        if not result.trained:
             # Nothing trained: the weights are unchanged, so neither the step count nor the version moves.
             # The groups are taken all the same (acked with the next checkpoint); the mark lets new ones start.
             if self.rank0:
                 self.publisher.mark(st.version, self._consumed())
             return
-        self.red.observe(
-            out["rl_entropy"] if out["rl_tokens"] else None,
-            out["sft_entropy"] if sft_seqs else None,
-            self.red_cfg.ema_decay,
-        )
-        if not self._finish_step(out, cursor) and self.rank0:
+        self.red.observe(result.rl_entropy(), result.sft_entropy(), self.red_cfg.ema_decay)
+        if not self._finish_step(result, cursor) and self.rank0:
             self.publisher.mark(st.version, self._consumed())
         if self.rank0:
-            rec = self._record(out, groups, red, adv_result.num_zero_variance, dropped, time.perf_counter() - start)
-            rec["skipped_zero_advantage"] = skipped
-            self.observer.record(rec)
+            seconds = time.perf_counter() - start
+            queue = self.patience.call("redis", self.queue.stats)
+            rollouts = Rollouts(groups, adv_result.num_zero_variance, dropped, skipped, queue)
+            self._record(result, seconds, red=red, rollouts=rollouts)
 
-    def _finish_step(self, out: dict, cursor: int) -> bool:
+    def _finish_step(self, result: StepResult, cursor: int) -> bool:
         """Count a trained step, then checkpoint and publish on their schedules; returns whether it published."""
         s, st = self.s, self.state
         st.step += 1
-        st.tokens += int(out["tokens"])
+        st.tokens += int(result.metrics.tokens)
         st.sft_cursor = cursor
         st.red = self.red.to_dict()
         publish = st.step % s.publish_every == 0
@@ -268,43 +267,31 @@ class Trainer:
         s, st = self.s, self.state
         start = time.perf_counter()
         sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
-        out = train_step(
+        result = train_step(
             self.eng, StepInput([], sft_seqs, s.sft_coef), self.objective, self.ref, s.micro_batch_tokens, s.packing
         )
-        self.red.observe(None, out["sft_entropy"], self.red_cfg.ema_decay)
-        self._finish_step(out, cursor)
+        self.red.observe(None, result.sft_entropy(), self.red_cfg.ema_decay)
+        self._finish_step(result, cursor)
         if self.rank0:
-            seconds = time.perf_counter() - start
-            self.observer.record(
-                {
-                    **finish(out),
-                    "red/sft_loss_weight": s.sft_coef,
-                    "step": st.step,
-                    "version": st.version,
-                    "step_seconds": seconds,
-                    "groups": 0,
-                    "tokens_per_second": out["tokens"] / max(out["seconds"], 1e-9),
-                    "total_tokens": st.tokens,
-                }
-            )
+            self._record(result, time.perf_counter() - start)
 
-    def _watch_rl(self, out: dict, dropped: int, trainable: int, skipped: int = 0) -> None:
+    def _watch_rl(self, result: StepResult, dropped: int, trainable: int, skipped: int = 0) -> None:
         """Make training on nothing loud: a warning per step without RL tokens, counters for the dashboard.
         A step whose RL samples all had advantage 0 is not that: they were fresh, they just taught nothing."""
-        if not out["rl_tokens"] and skipped and not dropped:
+        if not result.rl_tokens and skipped and not dropped:
             log.info(
                 "no RL sample had an advantage in this step: every group's rewards were equal",
                 extra={"version": self.state.version, "skipped_zero_advantage": skipped},
             )
             return
-        if out["rl_tokens"]:
+        if result.rl_tokens:
             if self.steps_without_rl:
                 log.info("RL samples trained again", extra={"after_steps": self.steps_without_rl})
             self.steps_without_rl = 0
             return
         self.steps_without_rl += 1
         if self.rank0:
-            self.observer.without_rl(trained=bool(out["tokens"]), dropped=dropped)
+            self.observer.without_rl(trained=result.trained)
             log.warning(
                 "no RL sample trained in this step" + (": all were stale" if dropped else ""),
                 extra={
@@ -312,7 +299,7 @@ class Trainer:
                     "trainable_samples": trainable,
                     "dropped_stale": dropped,
                     "skipped_zero_advantage": skipped,
-                    "sft_tokens": int(out.get("sft_tokens", 0)),
+                    "sft_tokens": int(result.sft_trained_tokens),
                     "steps_in_a_row": self.steps_without_rl,
                 },
             )
@@ -372,24 +359,15 @@ class Trainer:
         return diff
 
     def _record(
-        self, out: dict, groups: list[TrajectoryGroup], red: dict, zero_var: int, dropped: int, seconds: float
-    ) -> dict[str, float]:
-        stats = self.patience.call("redis", self.queue.stats)
-        publish = (
-            self.last_publish if self.last_publish is not None and self.last_publish.step == self.state.step else None
+        self, result: StepResult, seconds: float, red: REDWeights | None = None, rollouts: Rollouts | None = None
+    ) -> None:
+        """Log the step ``self.state`` has just counted (rank 0), with its publish if it published one."""
+        published = self.last_publish is not None and self.last_publish.step == self.state.step
+        publish = self.last_publish if published else None
+        rec = step_record(
+            result, self.state, seconds, red=red, rollouts=rollouts, publish=publish, sync_diff=self.sync_diff
         )
-        return step_record(
-            out,
-            groups,
-            red,
-            self.state,
-            stats,
-            zero_var=zero_var,
-            dropped=dropped,
-            seconds=seconds,
-            publish=publish,
-            sync_diff=self.sync_diff,
-        )
+        self.observer.record(rec)
 
     def _broadcast(self, obj):
         if self.eng.world == 1:

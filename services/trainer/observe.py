@@ -119,7 +119,7 @@ class Observer:
         if int(rec.get("step", 0)) % self.plot_every == 0:
             self.plot()
 
-    def without_rl(self, trained: bool, dropped: int) -> None:
+    def without_rl(self, trained: bool) -> None:
         """A step (``trained``: SFT only) or a skipped step in which no RL sample was trained."""
         if self.no_rl is not None:
             self.no_rl.labels("sft" if trained else "nothing").inc()

@@ -19,11 +19,12 @@ from services.trainer import faults
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
 from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pack_shared, pad
+from services.trainer.step_result import StepMetrics, StepResult
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
-# (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, metric sums)
+# (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, its metrics for RlMetrics.add)
 RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, dict[str, float]]]
 
 
@@ -73,13 +74,8 @@ def train_step(
     budget: int,
     packing: bool = True,
     share_prompts: bool = True,
-) -> dict[str, float]:
-    """Forward/backward every micro-batch of ``inp``, then one optimizer step. Returns metric sums and counts.
-
-    The returned dict holds sums (``*_sum``) and counts so the caller can average across steps; plus
-    ``rl_entropy`` / ``sft_entropy`` (mean categorical entropy over trained tokens, the RED inputs),
-    ``grad_norm``, ``lr``, ``tokens`` (real tokens processed) and ``seconds``.
-    """
+) -> StepResult:
+    """Forward/backward every micro-batch of ``inp``, then one optimizer step; the result is the same on every rank."""
     start = time.perf_counter()
     rl_seqs, sft_seqs = _shard(inp.rl, eng.rank, eng.world), _shard(inp.sft, eng.rank, eng.world)
     # Every rank holds the whole step's input (rank 0 reads and broadcasts), so global counts are local.
@@ -94,6 +90,14 @@ def train_step(
     if ref is not None:
         _attach_reference(ref, rl_batches, eng.device)
     plan = [("rl", b) for b in rl_batches] + [("sft", b) for b in sft_batches]
+    counts = {
+        "rl_tokens": rl_tokens,
+        "rl_sequences": rl_seqs_n,
+        "sft_tokens": sft_tokens,
+        "sft_weight": inp.sft_weight,
+        "rl_micro_batches": n_rl,
+        "sft_micro_batches": n_sft,
+    }
     if not plan:
         # Nothing to learn from (every sample dropped or untrained, no demonstrations): an optimizer step
         # without gradients would fail inside DeepSpeed, and skipping it changes nothing.
@@ -101,56 +105,37 @@ def train_step(
             "step has no trainable tokens; optimizer step skipped",
             extra={"rl_samples": len(inp.rl), "sft_samples": len(inp.sft)},
         )
-        return {
-            "tokens": 0.0,
-            "rl_entropy": float("nan"),
-            "sft_entropy": float("nan"),
-            "sft_loss": float("nan"),
-            "rl_tokens": 0.0,
-            "rl_sequences": 0.0,
-            "sft_tokens": 0.0,
-            "micro_batches": 0.0,
-            "grad_norm": 0.0,
-            "lr": float(eng.engine.get_lr()[0]),
-            "seconds": time.perf_counter() - start,
-        }
-    sums: dict[str, float] = {"rl_entropy_sum": 0.0, "sft_entropy_sum": 0.0, "sft_loss_sum": 0.0, "tokens": 0.0}
+        lr = float(eng.engine.get_lr()[0])
+        return StepResult(StepMetrics(), **counts, grad_norm=0.0, lr=lr, seconds=time.perf_counter() - start)
+    metrics = StepMetrics()  # this rank's sums
     eng.engine.train()
     for i, (kind, batch) in enumerate(plan):
         eng.engine.set_gradient_accumulation_boundary(i == len(plan) - 1)
         logp, ent = eng.engine(**batch_inputs(batch, eng.device))
         mask = batch.target_mask.to(eng.device)
+        entropy_sum = float((ent.detach() * mask).sum())
         if kind == "rl":
             loss, parts = rl_loss(logp, ent, _on(batch, eng.device), norms)
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + v
-            sums["rl_entropy_sum"] += float((ent.detach() * mask).sum())
+            metrics.rl.add(parts)
+            metrics.rl_entropy_sum += entropy_sum
         else:
             # Token-mean cross-entropy over the step's demonstration tokens, weighted (RED).
-            nll = -(logp * mask).sum() / max(sft_tokens, 1.0)
-            loss = nll * inp.sft_weight * eng.world
-            sums["sft_loss_sum"] += float(nll.detach())
-            sums["sft_entropy_sum"] += float((ent.detach() * mask).sum())
+            nll_sum = -(logp * mask).sum()
+            loss = nll_sum / max(sft_tokens, 1.0) * inp.sft_weight * eng.world
+            metrics.sft_loss_sum += float(nll_sum.detach())
+            metrics.sft_entropy_sum += entropy_sum
         eng.engine.backward(loss, scale_wrt_gas=False)
-        sums["tokens"] += batch.num_tokens
+        metrics.tokens += batch.num_tokens
         faults.point("mid_step")
     local_norm = _param_grad_norm(eng) if eng.engine.zero_optimization_stage() == 0 else None
     eng.engine.step()
-    totals = _all_reduce(list(sums.values()), "sum", eng.world)
-    out = dict(zip(sums, totals, strict=True))
-    out["rl_entropy"] = out.pop("rl_entropy_sum") / max(rl_tokens, 1.0)
-    out["sft_entropy"] = out.pop("sft_entropy_sum") / max(sft_tokens, 1.0) if sft_batches else float("nan")
-    out["sft_loss"] = out.pop("sft_loss_sum") if sft_batches else float("nan")
-    out.update(
-        rl_tokens=rl_tokens,
-        rl_sequences=rl_seqs_n,
-        sft_tokens=sft_tokens,
-        micro_batches=float(len(plan)),
+    return StepResult(
+        metrics.total(lambda values: _all_reduce(values, "sum", eng.world)),
+        **counts,
         grad_norm=_grad_norm(eng, local_norm),
         lr=float(eng.engine.get_lr()[0]),
         seconds=time.perf_counter() - start,
     )
-    return out
 
 
 def _on(batch: MicroBatch, device: torch.device) -> MicroBatch:

@@ -1,8 +1,10 @@
 """THE entropy estimator, used on both the RL and the SFT side (RED compares the two, so they must match).
 
-Categorical entropy of the full next-token distribution, H = logsumexp(z) − Σ_v softmax(z)_v · z_v, per
-position, averaged over trained tokens. (RED-CoDA compared the SFT side's categorical entropy with the RL side's
-sampled-token NLL; those are different quantities.)
+Categorical entropy of the full next-token distribution, H = −Σ_v p_v · log p_v, per position; the step
+averages it over trained tokens (``step_result.StepMetrics``). The policy's forward pass
+(``logprobs._head_chunk``) is its one caller, so every entropy the trainer reports or optimises is this one.
+(RED-CoDA compared the SFT side's categorical entropy with the RL side's sampled-token NLL; those are
+different quantities.)
 """
 
 from __future__ import annotations
@@ -10,35 +12,11 @@ from __future__ import annotations
 import torch
 
 
-def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Per-position categorical entropy of ``softmax(logits / temperature)`` over the last dim (float32 math)."""
-    z = logits.float()
-    if temperature != 1.0:
-        z = z / temperature
-    logp = torch.log_softmax(z, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+def categorical_entropy(logp_all: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy −Σ p·log p from full-vocabulary log-probabilities (``log_softmax`` of the logits).
 
-
-def entropy_from_logprobs(logp_all: torch.Tensor) -> torch.Tensor:
-    """The same entropy from full-vocabulary log-probabilities ``log_softmax(z)``: −Σ p·log p."""
-    return -(logp_all.exp() * logp_all).sum(-1)
-
-
-class EntropyMeter:
-    """Token-weighted mean entropy over many micro-batches: ``Σ m·H / Σ m`` across every ``add``.
-
-    One per side and step (RL tokens, SFT target tokens); feeds ``red.REDState.observe``.
+    From log-probabilities, in float32: a token whose probability underflows to 0 still has a finite log p
+    here, so its term is 0·(−200) = 0, where log(softmax(z)) would give 0·(−inf) = NaN.
     """
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self.tokens = 0.0
-
-    def add(self, entropy: torch.Tensor, mask: torch.Tensor) -> None:
-        m = mask.to(torch.float32)
-        self.total += float((entropy.detach().float() * m).sum())
-        self.tokens += float(m.sum())
-
-    def mean(self) -> float | None:
-        """The mean so far, or None when no token was added."""
-        return self.total / self.tokens if self.tokens > 0 else None
+    logp = logp_all.float()
+    return -(logp.exp() * logp).sum(-1)

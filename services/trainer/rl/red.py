@@ -21,7 +21,7 @@ Ablations (``mode``): ``grpo_only`` (SFT weight 0), ``fixed`` (SFT weight = sft_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 REDMode = Literal["grpo_only", "fixed", "red"]
@@ -90,14 +90,13 @@ def planner_accuracy(scores: Sequence[float], roles: Sequence[str], threshold: f
 
 @dataclass
 class REDState:
-    """The EMAs (None until the first measurement) and the last weights; lives in checkpoints."""
+    """The EMAs (None until the first measurement); lives in checkpoints."""
 
     h_rl: float | None = None
     h_rl_prev: float | None = None
     h_sft: float | None = None
     h_sft_prev: float | None = None
     steps: int = 0
-    last: dict[str, float] = field(default_factory=dict)
 
     def observe(self, h_rl: float | None, h_sft: float | None, decay: float) -> None:
         """Fold this step's measured entropies in (after the update): prev ← EMA; EMA ← β·EMA + (1−β)·H.
@@ -113,7 +112,27 @@ class REDState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> REDState:
-        return cls(**data)
+        # Checkpoints written before REDWeights also kept the last weights (``last``), which nothing read back.
+        return cls(**{k: v for k, v in data.items() if k != "last"})
+
+
+@dataclass(frozen=True)
+class REDWeights:
+    """One step's RED output (module docstring); ``sft_loss_weight`` is the coefficient of the SFT loss.
+
+    ``batch_accuracy`` is None when the step had no planner row; the EMAs are the state's when the weights
+    were computed (None until measured).
+    """
+
+    entropy_weight: float
+    accuracy_factor: float
+    final_weight: float
+    sft_loss_weight: float
+    batch_accuracy: float | None = None
+    h_rl: float | None = None
+    h_rl_prev: float | None = None
+    h_sft: float | None = None
+    h_sft_prev: float | None = None
 
 
 def _ema(current: float | None, measured: float | None, decay: float) -> tuple[float | None, float | None]:
@@ -125,13 +144,8 @@ def _ema(current: float | None, measured: float | None, decay: float) -> tuple[f
     return decay * current + (1.0 - decay) * measured, current
 
 
-def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> dict[str, float]:
-    """This step's weights from the state (before ``observe``) and the planner accuracy.
-
-    Returns ``red/entropy_weight``, ``red/accuracy_factor``, ``red/final_weight``, ``red/sft_loss_weight``
-    (the coefficient of the SFT loss), ``red/batch_accuracy`` (−1 when unknown), and the EMAs. Also stored
-    in ``state.last``.
-    """
+def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> REDWeights:
+    """This step's weights from the state (before ``observe``) and the planner accuracy."""
     w_ent, acc_f, final = 1.0, 1.0, 1.0
     if cfg.mode == "red":
         if None not in (state.h_sft, state.h_sft_prev, state.h_rl, state.h_rl_prev):
@@ -149,17 +163,14 @@ def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> dict
         final = clamp(w_ent * acc_f, cfg.weight_floor, cfg.g**2)
     elif cfg.mode not in ("fixed", "grpo_only"):
         raise ValueError(f"unknown RED mode {cfg.mode!r}")
-    sft_weight = 0.0 if cfg.mode == "grpo_only" else cfg.sft_coef * final
-    out = {
-        "red/entropy_weight": w_ent,
-        "red/accuracy_factor": acc_f,
-        "red/final_weight": final,
-        "red/sft_loss_weight": sft_weight,
-        "red/batch_accuracy": -1.0 if accuracy is None else accuracy,
-    }
-    for name in ("h_rl", "h_rl_prev", "h_sft", "h_sft_prev"):
-        value = getattr(state, name)
-        if value is not None:
-            out[f"red/{name}"] = value
-    state.last = dict(out)
-    return out
+    return REDWeights(
+        entropy_weight=w_ent,
+        accuracy_factor=acc_f,
+        final_weight=final,
+        sft_loss_weight=0.0 if cfg.mode == "grpo_only" else cfg.sft_coef * final,
+        batch_accuracy=accuracy,
+        h_rl=state.h_rl,
+        h_rl_prev=state.h_rl_prev,
+        h_sft=state.h_sft,
+        h_sft_prev=state.h_sft_prev,
+    )

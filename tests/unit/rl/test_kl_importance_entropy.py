@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from services.trainer.rl.entropy import EntropyMeter, entropy_from_logits, entropy_from_logprobs
+from services.trainer.rl.entropy import categorical_entropy
 from services.trainer.rl.importance import effective_sample_size, importance_weights, mismatch_metrics
 from services.trainer.rl.kl import kl_estimate, kl_loss
 
@@ -86,20 +86,17 @@ def test_mismatch_metrics():
 
 
 def test_entropy_estimator():
-    uniform = torch.zeros(1, 2, 4)
-    close(entropy_from_logits(uniform), [[math.log(4)] * 2])
-    logits = torch.tensor([[2.0, 0.0, -1.0]])
+    uniform = torch.log_softmax(torch.zeros(1, 2, 4), -1)
+    close(categorical_entropy(uniform), [[math.log(4)] * 2])
+    # logits (2, 0, −1): Z = e² + 1 + e⁻¹ = 8.75694; H = ln Z − Σ p·z = 2.16985 − (2·0.84380 − 1·0.04201)
+    logp = torch.log_softmax(torch.tensor([[2.0, 0.0, -1.0]]), -1)
+    assert categorical_entropy(logp).item() == pytest.approx(0.5242666, rel=1e-6)
+    assert categorical_entropy(logp.bfloat16()).dtype == torch.float32  # the sum over the vocabulary in fp32
+
+
+def test_entropy_of_an_underflowing_probability_is_finite():
+    # p of the second token is e^−200: 0 in float32, so p·log p computed from p would be 0·(−inf) = NaN.
+    logits = torch.tensor([[0.0, -200.0]])
     p = torch.softmax(logits, -1)
-    expected = float(-(p * p.log()).sum())
-    assert entropy_from_logits(logits).item() == pytest.approx(expected, rel=1e-6)
-    assert entropy_from_logprobs(torch.log_softmax(logits, -1)).item() == pytest.approx(expected, rel=1e-6)
-    # temperature 2 flattens: same as logits / 2
-    assert entropy_from_logits(logits, 2.0).item() == pytest.approx(entropy_from_logits(logits / 2).item())
-
-
-def test_entropy_meter_token_weighted_across_micro_batches():
-    meter = EntropyMeter()
-    assert meter.mean() is None
-    meter.add(torch.tensor([[1.0, 1.0, 9.0]]), torch.tensor([[1, 1, 0]]))
-    meter.add(torch.tensor([[4.0]]), torch.tensor([[1]]))
-    assert meter.mean() == pytest.approx(2.0)  # (1 + 1 + 4) / 3, not mean of micro-batch means (2.5)
+    assert torch.isnan(-(p * p.log()).sum())
+    assert categorical_entropy(torch.log_softmax(logits, -1)).item() == pytest.approx(0.0, abs=1e-12)

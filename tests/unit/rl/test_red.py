@@ -7,6 +7,7 @@ import pytest
 from services.trainer.rl.red import (
     REDConfig,
     REDState,
+    REDWeights,
     accuracy_factor,
     entropy_change_weight,
     planner_accuracy,
@@ -53,9 +54,9 @@ def test_red_emas_seeded_from_first_measurement():
 def test_red_first_steps_weight_is_neutral():
     cfg = REDConfig(accuracy_aware=False)
     state = REDState()
-    assert red_weights(state, cfg, None)["red/entropy_weight"] == 1.0  # nothing measured yet
+    assert red_weights(state, cfg, None).entropy_weight == 1.0  # nothing measured yet
     state.observe(2.0, 0.7, cfg.ema_decay)
-    assert red_weights(state, cfg, None)["red/entropy_weight"] == 1.0  # seeded: both deltas 0
+    assert red_weights(state, cfg, None).entropy_weight == 1.0  # seeded: both deltas 0
 
 
 def test_red_full_weight_hand_computed():
@@ -64,41 +65,61 @@ def test_red_full_weight_hand_computed():
     state.observe(2.0, 1.0, cfg.ema_decay)
     state.observe(2.02, 1.03, cfg.ema_decay)  # relative deltas: rl 0.01, sft 0.03 → w_ent 3
     w = red_weights(state, cfg, accuracy=0.25)  # a = 5^(0.5) = 2.236 → 6.708
-    assert w["red/entropy_weight"] == pytest.approx(3.0)
-    assert w["red/final_weight"] == pytest.approx(3.0 * 5**0.5)
-    assert w["red/sft_loss_weight"] == pytest.approx(0.1 * 3.0 * 5**0.5)
-    assert state.last == w
+    assert w == REDWeights(
+        entropy_weight=pytest.approx(3.0),
+        accuracy_factor=pytest.approx(5**0.5),
+        final_weight=pytest.approx(3.0 * 5**0.5),
+        sft_loss_weight=pytest.approx(0.1 * 3.0 * 5**0.5),
+        batch_accuracy=0.25,
+        h_rl=2.02,  # the EMAs the weights were computed from
+        h_rl_prev=2.0,
+        h_sft=1.03,
+        h_sft_prev=1.0,
+    )
 
 
 def test_red_final_floor_configurable_default_below_one():
     # Upstream floored the final weight at 1, so high accuracy could never reduce SFT below sft_coef.
     state = REDState()
     w = red_weights(state, REDConfig(g=5.0), accuracy=1.0)
-    assert w["red/final_weight"] == pytest.approx(0.2)  # w_ent 1 · 1/G, above the default floor 1/G² = 0.04
+    assert w.final_weight == pytest.approx(0.2)  # w_ent 1 · 1/G, above the default floor 1/G² = 0.04
     floored = red_weights(state, REDConfig(g=5.0, floor=1.0), accuracy=1.0)
-    assert floored["red/final_weight"] == 1.0
+    assert floored.final_weight == 1.0
     assert REDConfig(g=5.0).weight_floor == pytest.approx(0.04)
     high = red_weights(state, REDConfig(g=2.0), accuracy=0.0)
-    assert high["red/final_weight"] == pytest.approx(2.0)
+    assert high.final_weight == pytest.approx(2.0)
 
 
 def test_red_ablation_switches():
     state = REDState()
     state.observe(2.0, 1.0, 0.0)
     state.observe(2.02, 1.03, 0.0)
-    assert red_weights(state, REDConfig(mode="grpo_only"), 0.0)["red/sft_loss_weight"] == 0.0
+    assert red_weights(state, REDConfig(mode="grpo_only"), 0.0).sft_loss_weight == 0.0
     fixed = red_weights(state, REDConfig(mode="fixed", sft_coef=0.1), 0.0)
-    assert fixed["red/sft_loss_weight"] == pytest.approx(0.1) and fixed["red/final_weight"] == 1.0
+    assert fixed.sft_loss_weight == pytest.approx(0.1) and fixed.final_weight == 1.0
     full = red_weights(state, REDConfig(mode="red", sft_coef=0.1, eps=0.0), 0.0)
-    assert full["red/sft_loss_weight"] > 0.1
+    assert full.sft_loss_weight > 0.1
 
 
 def test_red_state_round_trips_through_json():
     state = REDState()
     state.observe(2.0, 1.0, 0.99)
-    red_weights(state, REDConfig(), 0.5)
     restored = REDState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert restored == state
+
+
+def test_red_state_reads_checkpoints_that_kept_the_last_weights():
+    # Before REDWeights the state also stored the last weights (``last``), which nothing read back.
+    state = REDState(2.0, 2.0, 1.0, 1.0, steps=1)
+    assert REDState.from_dict({**state.to_dict(), "last": {"red/final_weight": 1.0}}) == state
+
+
+def test_red_weights_leave_the_state_alone():
+    state = REDState()
+    state.observe(2.0, 1.0, 0.99)
+    before = state.to_dict()
+    red_weights(state, REDConfig(), 0.5)
+    assert state.to_dict() == before
 
 
 def test_red_config_validation():

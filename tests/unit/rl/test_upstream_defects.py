@@ -20,8 +20,8 @@ import torch
 
 from recipes.answers import extract_answer
 from recipes.rewards.formulas import ExecutorRun, coda_reward, recursive_reasoner_reward
+from services.trainer.logprobs import _head_chunk
 from services.trainer.rl.advantages import group_advantages
-from services.trainer.rl.entropy import entropy_from_logits
 from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig, ppo_token_loss
 
@@ -77,10 +77,12 @@ def test_kl_coefficient_defaults_to_zero_and_needs_no_reference():
 
 
 def test_rl_and_sft_entropy_use_the_categorical_estimator_not_sampled_nll():
-    # RED-CoDA compared the SFT side's categorical entropy with the RL side's −log π(sampled token).
+    # RED-CoDA compared the SFT side's categorical entropy with the RL side's −log π(sampled token). Both sides
+    # take their entropy from the forward pass (``_head_chunk``), which gives the categorical one.
+    head = torch.nn.Linear(3, 3, bias=False)
+    torch.nn.init.eye_(head.weight)  # logits = hidden state
     logits = torch.tensor([[3.0, 0.0, 0.0]])
-    p = torch.softmax(logits, -1)
-    categorical = float(-(p * p.log()).sum())
-    sampled_nll = float(-torch.log_softmax(logits, -1)[0, 1])  # one sampled low-probability token
-    assert entropy_from_logits(logits).item() == pytest.approx(categorical, rel=1e-6)
-    assert abs(categorical - sampled_nll) > 1.0
+    logp, entropy = _head_chunk(head, logits, torch.tensor([1]), 1.0)  # one sampled low-probability token
+    # H = ln(e³ + 2) − 3·e³/(e³ + 2) = 0.36659; the sampled token's NLL is ln(e³ + 2) = 3.09492
+    assert entropy.item() == pytest.approx(0.3665940, rel=1e-6)
+    assert -logp.item() == pytest.approx(3.0949230, rel=1e-6)

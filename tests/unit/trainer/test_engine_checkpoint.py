@@ -19,7 +19,7 @@ def reinforce(logp, ent, batch, norms):
     """A test-side loss: −A·logp token-mean (enough to move weights; the real one is the RL objective)."""
     mask = batch.target_mask
     loss = -(logp * batch.fields["adv"] * mask).sum() / norms["tokens"] * norms["world"]
-    return loss, {"pg_loss_sum": float(loss.detach())}
+    return loss, {"pg_loss": float(loss.detach())}
 
 
 def _input(seed: int) -> StepInput:
@@ -61,7 +61,7 @@ def test_step_and_checkpoint_roundtrip(model_dir, tmp_path, finetune, stage, rec
     eng = build_engine(settings, device)
     before = {k: v.clone() for k, v in eng.policy.state_dict().items()}
     out = train_step(eng, _input(0), reinforce, None, budget=32)
-    assert out["micro_batches"] > 1 and out["rl_tokens"] > 0 and out["grad_norm"] > 0
+    assert out.micro_batches > 1 and out.rl_tokens > 0 and out.grad_norm > 0
     changed = [k for k, v in eng.policy.state_dict().items() if not torch.equal(v, before[k])]
     assert changed and (finetune == "full" or all("lora" in k for k in changed))
     state = checkpoint.TrainState(step=1, version=1, covered=["1-0"], red={"h": 0.5})
@@ -77,7 +77,7 @@ def test_step_and_checkpoint_roundtrip(model_dir, tmp_path, finetune, stage, rec
     torch.manual_seed(123)  # the RNG state came back with the checkpoint: the same draws follow
     assert torch.equal(torch.rand(3), expect_rng)
     again = train_step(fresh, _input(1), reinforce, None, budget=32)
-    assert again["lr"] == pytest.approx(expect["lr"])  # scheduler restored (warm-up continues)
+    assert again.lr == pytest.approx(expect.lr)  # scheduler restored (warm-up continues)
     for k, v in fresh.policy.state_dict().items():  # optimizer moments restored: identical second step
         assert torch.allclose(v, expect_params[k], atol=1e-6), k
 

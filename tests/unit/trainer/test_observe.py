@@ -51,7 +51,7 @@ def test_jsonl_gauges_and_plots(tmp_path):
     assert client.get("/status").json()["warnings"] == []
     # Training on nothing is loud: a warning on /status and a counter on /metrics.
     holder["t"].steps_without_rl = 4
-    obs.without_rl(trained=False, dropped=6)
+    obs.without_rl(trained=False)
     assert "4 step(s)" in client.get("/status").json()["warnings"][0]
     metrics = client.get("/metrics").text
     assert 'coda_trainer_steps_without_rl_total{trained="nothing"} 1.0' in metrics

@@ -38,7 +38,7 @@ def test_gradient_independent_of_micro_batch_split(model_dir, packing):
     norms = []
     for budget in (16, 40, 1000):
         out = train_step(eng, StepInput(_seqs(0)), Objective(settings), None, budget, packing=packing)
-        norms.append((out["micro_batches"], out["grad_norm"], out["pg_loss"]))
+        norms.append((out.micro_batches, out.grad_norm, out.metrics.rl.means()["pg_loss"]))
     assert norms[0][0] > norms[1][0] > norms[2][0] == 1
     assert [n[1] for n in norms] == pytest.approx([norms[2][1]] * 3, rel=1e-4)
     assert [n[2] for n in norms] == pytest.approx([norms[2][2]] * 3, rel=1e-4, abs=1e-7)
@@ -54,7 +54,8 @@ def test_sft_term_weighted_once_per_step(model_dir):
     off = train_step(eng, StepInput(rl, sft, 0.0), Objective(settings), None, 32)
     one = train_step(eng, StepInput(rl, sft, 1.0), Objective(settings), None, 32)
     two = train_step(eng, StepInput(rl, sft, 2.0), Objective(settings), None, 32)
-    assert off["grad_norm"] == pytest.approx(0.0, abs=1e-9) and off["sft_tokens"] > 0
-    assert one["sft_loss"] == pytest.approx(two["sft_loss"], rel=1e-5) and 3.5 < one["sft_loss"] < 5.0  # ≈ ln 64
-    assert two["grad_norm"] == pytest.approx(2 * one["grad_norm"], rel=1e-4)
-    assert one["sft_entropy"] == pytest.approx(4.15, abs=0.1)
+    assert off.grad_norm == pytest.approx(0.0, abs=1e-9) and off.sft_tokens > 0
+    assert off.sft_loss() is None and off.sft_entropy() is None  # weight 0: the demonstrations were not run
+    assert one.sft_loss() == pytest.approx(two.sft_loss(), rel=1e-5) and 3.5 < one.sft_loss() < 5.0  # ≈ ln 64
+    assert two.grad_norm == pytest.approx(2 * one.grad_norm, rel=1e-4)
+    assert one.sft_entropy() == pytest.approx(4.15, abs=0.1)
