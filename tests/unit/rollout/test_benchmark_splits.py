@@ -47,48 +47,37 @@ def test_no_held_out_question_reaches_training_or_demonstrations(name):
     assert not {row["id"] for row in demos} & {r.prompt_id for r in held}
 
 
+def benchmark_recipes() -> list[tuple[str, RolloutSettings]]:
+    """Every shipped recipe whose rollout trains on a bundled benchmark, with its rollout settings."""
+    recipes = [(str(path), RolloutSettings.load(str(path))) for path in sorted((REPO / "configs").glob("*.toml"))]
+    found = [(path, rollout) for path, rollout in recipes if rollout.dataset.removeprefix("bundled:") in FIXED_SPLITS]
+    assert len(found) >= 4  # smol-hotpotqa, smol-2wiki, smol-coda-hotpotqa, smol-coda-2wiki
+    return found
+
+
 def test_every_shipped_recipe_on_a_benchmark_trains_on_train_and_evaluates_held_out():
-    checked = 0
-    for path in sorted((REPO / "configs").glob("*.toml")):
-        rollout = RolloutSettings.load(str(path))
-        name = rollout.dataset.removeprefix("bundled:")
-        if name not in FIXED_SPLITS:
-            continue
-        stack = StackSettings.load(str(path))
-        assert rollout.split == "train", path.name
-        assert stack.train_qa == rollout.dataset and stack.sft_split == "train", path.name
-        assert stack.eval_dataset == rollout.dataset and stack.eval_split in ("eval", HELDOUT), path.name
-        checked += 1
-    assert checked >= 3  # smol-hotpotqa, smol-2wiki, smol-coda-hotpotqa at least
+    for path, rollout in benchmark_recipes():
+        stack = StackSettings.load(path)
+        assert rollout.split == "train", path
+        assert stack.train_qa == rollout.dataset and stack.sft_split == "train", path
+        assert stack.eval_dataset == rollout.dataset and stack.eval_split in ("eval", HELDOUT), path
 
 
 def test_every_benchmark_recipe_shows_both_hops_cut_as_its_rollout_cuts():
-    checked = 0
-    for path in sorted((REPO / "configs").glob("*.toml")):
-        rollout = RolloutSettings.load(str(path))
-        if rollout.dataset.removeprefix("bundled:") not in FIXED_SPLITS:
-            continue
-        stack = StackSettings.load(str(path))
+    for path, rollout in benchmark_recipes():
+        stack = StackSettings.load(path)
         # Uncut, two observations of three 2Wiki passages reached 3,097 tokens (past max_context_tokens).
-        assert stack.sft_hops == "supporting" and stack.sft_max_obs_tokens == rollout.max_obs_tokens, path.name
-        checked += 1
-    assert checked >= 4
+        assert stack.sft_hops == "supporting" and stack.sft_max_obs_tokens == rollout.max_obs_tokens, path
 
 
 def test_every_benchmark_recipe_evaluates_no_more_episodes_at_once_than_its_server_decodes():
     from services.inference.config import InferenceSettings
 
-    checked = 0
-    for path in sorted((REPO / "configs").glob("*.toml")):
-        rollout = RolloutSettings.load(str(path))
-        if rollout.dataset.removeprefix("bundled:") not in FIXED_SPLITS:
-            continue
+    for path, rollout in benchmark_recipes():
         # Past the server's max_num_seqs episodes only queue; with 64 at once, 25 of 150 held-out two-search
         # episodes waited longer than http_timeout_s and were scored as failures.
-        assert rollout.eval_concurrency is not None, path.name
-        assert rollout.eval_concurrency <= InferenceSettings.load(str(path)).max_num_seqs, path.name
-        checked += 1
-    assert checked >= 4
+        assert rollout.eval_concurrency is not None, path
+        assert rollout.eval_concurrency <= InferenceSettings.load(path).max_num_seqs, path
 
 
 def test_2wiki_scores_the_best_alias():
