@@ -95,9 +95,9 @@ def device_info() -> dict:
     return info
 
 
-def service_lines(folder: Path, needle: str) -> list[str]:
-    """Log lines of the run's services that contain ``needle``."""
-    return [line for f in sorted(folder.rglob("*.log")) for line in f.read_text().splitlines() if needle in line]
+def service_lines(folder: Path) -> list[str]:
+    """Every log line of the run's services."""
+    return [line for f in sorted(folder.rglob("*.log")) for line in f.read_text().splitlines()]
 
 
 def summarise(folder: Path | None, code: int, wall_s: float, gpu: GpuSampler, peak_rss_mb: float) -> dict:
@@ -110,12 +110,10 @@ def summarise(folder: Path | None, code: int, wall_s: float, gpu: GpuSampler, pe
     }
     if folder is None:
         return result
-    records = (
-        [json.loads(x) for x in (folder / "trainer" / "train.jsonl").read_text().splitlines()]
-        if (folder / "trainer" / "train.jsonl").is_file()
-        else []
-    )
-    syncs = [float(m.group(1)) for line in service_lines(folder, "sync check") if (m := SYNC.search(line))]
+    steps = folder / "trainer" / "train.jsonl"
+    records = [json.loads(x) for x in steps.read_text().splitlines()] if steps.is_file() else []
+    lines = service_lines(folder)
+    syncs = [float(m.group(1)) for line in lines if (m := SYNC.search(line))]
     rl = [r for r in records if r.get("rl_sequences")]
     result |= {
         "run": str(folder),
@@ -124,8 +122,8 @@ def summarise(folder: Path | None, code: int, wall_s: float, gpu: GpuSampler, pe
         "publish_seconds": [round(r["publish_seconds"], 3) for r in records if r.get("publish_seconds")],
         "rl_sequences": sum(r["rl_sequences"] for r in rl),
         "sync_max_abs_diff": syncs,
-        "trainer_device": service_lines(folder, "engine ready")[-1:],
-        "server_device": service_lines(folder, "model loaded")[-1:],
+        "trainer_device": [line for line in lines if "engine ready" in line][-1:],
+        "server_device": [line for line in lines if "model loaded" in line][-1:],
     }
     return result
 
