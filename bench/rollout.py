@@ -37,12 +37,12 @@ from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
 from recipes.core.turns import Budget  # noqa: E402
 from recipes.datasets import load_prompts  # noqa: E402
-from services.rollout.serving import wait_healthy  # noqa: E402
 from shared.inference_client import completion_body, parse_completion  # noqa: E402
 from shared.protocol.inference import CompletionRequest  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
 from shared.retriever_client import AsyncRetrieverClient  # noqa: E402
 from testing.fake_llm import FakeLLM, protocol_script  # noqa: E402
+from testing.serving import wait_healthy  # noqa: E402
 
 LLM_CALLS_ON_PATH = 4
 RETRIEVALS_ON_PATH = 1

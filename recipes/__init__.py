@@ -1,8 +1,13 @@
-"""Recipes: each agent protocol with its episode driver, reward, services and metric, in one module each.
+"""The agents: each agent protocol with its episode driver, reward, services, metric and own knobs, one module each.
 
-``RECIPES`` maps an agent's name (``[rollout] agent``) to its ``Recipe``. It is collected from this
-package's modules: a module that defines ``RECIPES = (Recipe(...), ...)`` is a recipe module, so adding one
-touches that module (and its TOML in ``configs/``) and nothing else.
+Words: an *agent* is a protocol defined here (search-r1, coda, …), chosen by ``[rollout] agent``; a *recipe* is
+an experiment's TOML file (``configs/*.toml``) that names one. The package and the ``Recipe`` class keep their
+older names for now.
+
+``AGENTS`` maps an agent's name to its ``Recipe`` entry (``RECIPES`` is the old name of the same mapping). It is
+collected from this package's modules: a module that defines ``AGENTS = (Recipe(...), ...)`` is an agent module,
+so adding an agent touches that module (and a recipe in ``configs/`` that uses it) and nothing else. Its knobs, if
+any, are an ``AgentParams`` model in the same module, added to ``RolloutSettings``'s bases.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import pkgutil
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from recipes.base import Recipe
+    from recipes.base import AgentParams, Recipe
     from recipes.core.context import AgentContext, Episode
     from recipes.datasets import PromptRecord
 
-_BASE = ("Recipe", "Scoring", "episode_reward", "load_reward")  # from recipes.base, imported on first use
+# From recipes.base, imported on first use.
+_BASE = ("AgentParams", "Recipe", "Scoring", "episode_reward", "load_reward")
 
 
 @functools.cache
@@ -28,30 +34,45 @@ def _collect() -> dict[str, Recipe]:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.ispkg or info.name == "base":
             continue
-        for recipe in getattr(importlib.import_module(f"{__name__}.{info.name}"), "RECIPES", ()):
-            if recipe.name in found:
-                raise RuntimeError(f"two recipes are named {recipe.name!r}")
-            found[recipe.name] = recipe
+        for agent in getattr(importlib.import_module(f"{__name__}.{info.name}"), "AGENTS", ()):
+            if agent.name in found:
+                raise RuntimeError(f"two agents are named {agent.name!r}")
+            found[agent.name] = agent
     return found
 
 
 def __getattr__(name: str) -> object:
-    if name == "RECIPES":  # ``from recipes import RECIPES``: the mapping, collected on first use
+    if name in ("AGENTS", "RECIPES"):  # ``from recipes import AGENTS``: the mapping, collected on first use
         return _collect()
     if name in _BASE:
         return getattr(importlib.import_module("recipes.base"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def get_recipe(name: str) -> Recipe:
+def get_agent(name: str) -> Recipe:
+    """The agent named ``name``; a ``ValueError`` naming the known ones otherwise."""
     try:
         return _collect()[name]
     except KeyError:
         raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(_collect()))}") from None
 
 
+get_recipe = get_agent  # the old name
+
+
 async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Episode:
-    return await get_recipe(agent).run(ctx, record)
+    return await get_agent(agent).run(ctx, record)
 
 
-__all__ = ["RECIPES", "Recipe", "Scoring", "episode_reward", "get_recipe", "load_reward", "run_episode"]
+__all__ = [
+    "AGENTS",
+    "RECIPES",
+    "AgentParams",
+    "Recipe",
+    "Scoring",
+    "episode_reward",
+    "get_agent",
+    "get_recipe",
+    "load_reward",
+    "run_episode",
+]

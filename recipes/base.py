@@ -1,15 +1,21 @@
-"""What a recipe is (``Recipe``), what its reward is given (``Scoring``) and how rewards are named and loaded.
+"""What an agent is (``Recipe``, its registry entry), its own knobs (``AgentParams``), what its reward is given
+(``Scoring``) and how rewards are named and loaded.
 
-A recipe binds an agent protocol to everything that varies with it: the episode driver, the reward, the
+A ``Recipe`` entry binds an agent protocol to everything that varies with it: the episode driver, the reward, the
 services its episodes reach, the roles it trains and its default answer metric. The rollout, its eval and
-``make train`` ask the recipe instead of branching on the agent's name.
+``make train`` ask the entry instead of branching on the agent's name. (The class keeps its old name for now;
+"recipe" elsewhere means the experiment's TOML file, ``configs/*.toml``.)
+
+An agent's own knobs (CoDA's executor budget and reward weights, …) are an ``AgentParams`` model in the agent's
+module, defaults and descriptions included. The rollout's settings inherit them all, so each is still a flat
+``[rollout]`` key (and ``CODA_ROLLOUT_…`` variable, and ``--flag``); the agent reads its own with ``of(settings)``.
 
 Rewards are named ``package.module:function`` (``[rollout] reward``) and loaded once at start-up. Two kinds:
 - a plain function ``f(completion: str, gold: list[str], row: dict) -> float | dict[str, float]``: the policy's
   generated text, the row's gold answers and the whole dataset row. A dict is a set of named components; its
   ``reward`` entry is the scalar when present, otherwise the components' sum.
 - an episode reward, marked with ``@episode_reward``: ``f(episode: Episode, scoring: Scoring) ->
-  RewardResult``; the shipped recipes' rewards are these (they read the typed episode facts).
+  RewardResult``; the shipped agents' rewards are these (they read the typed episode facts).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
+
+from pydantic import BaseModel, ConfigDict
 
 from recipes.core.context import AgentContext, Episode
 from recipes.datasets import PromptRecord
@@ -31,6 +39,19 @@ SERVICES = frozenset({"retriever", "searcher", "frozen"})
 
 class Embedder(Protocol):
     def __call__(self, texts: Sequence[str]) -> Any: ...
+
+
+class AgentParams(BaseModel):
+    """Base of one agent's knobs; subclass it beside the agent and add it to ``RolloutSettings``'s bases."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def of(cls, settings: Any) -> Self:
+        """This agent's knobs as ``settings`` hold them: the rollout's settings, or any object with some of the
+        attributes (a test's stand-in; the ones it lacks take their defaults)."""
+        # A copy of just these fields, also when ``settings`` is the rollout's (an instance of every params class).
+        return cls.model_validate({n: getattr(settings, n) for n in cls.model_fields if hasattr(settings, n)})
 
 
 @dataclass(frozen=True)
@@ -70,7 +91,7 @@ class Recipe:
     def __post_init__(self) -> None:
         unknown = set(self.needs) - SERVICES
         if unknown:
-            raise ValueError(f"recipe {self.name!r}: unknown services {sorted(unknown)}; known: {sorted(SERVICES)}")
+            raise ValueError(f"agent {self.name!r}: unknown services {sorted(unknown)}; known: {sorted(SERVICES)}")
 
     @property
     def reaches_retriever(self) -> bool:

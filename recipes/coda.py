@@ -10,7 +10,7 @@
 - All tasks of one planner turn run concurrently.
 
 Reward: ``(6·F1 − 3)`` of the planner's answer plus format and refine terms (``recipes.rewards.formulas``); the
-same value goes to the planner and every executor it spawned.
+same value goes to the planner and every executor it spawned. Its knobs: ``CoDAParams``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from recipes.base import Recipe, Scoring, episode_reward
+from pydantic import Field
+
+from recipes.base import AgentParams, Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -26,6 +28,14 @@ from recipes.datasets import PromptRecord
 from recipes.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
 from recipes.rewards.formulas import ExecutorRun, coda_reward
 from recipes.rewards.result import RewardResult
+
+
+class CoDAParams(AgentParams):
+    """CoDA's own knobs, [rollout] keys (coda and red-coda read them)."""
+
+    executor_max_turns: int = Field(3, ge=1, description="Action turns of each CoDA executor")
+    format_weight: float = Field(0.1, description="CoDA format-term weight")
+    refine_weight: float = Field(0.1, description="CoDA refine-term weight")
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
 
 @episode_reward
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
-    s = scoring.settings
+    params = CoDAParams.of(scoring.settings)
     executors = [ExecutorRun(c.generated_text, c.observations("documents")) for c in episode.children]
     return coda_reward(
         episode.answer,
@@ -112,8 +122,8 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
         executors,
         scoring.record.golden_answers,
         metric=scoring.metric,
-        format_weight=s.format_weight,
-        refine_weight=s.refine_weight,
+        format_weight=params.format_weight,
+        refine_weight=params.refine_weight,
     )
 
 
@@ -125,7 +135,7 @@ _CODA = dict(
     metric="f1",
     demonstrations="coda",
 )
-RECIPES = (
+AGENTS = (
     Recipe("coda", **_CODA, description="a planner delegates sub-questions to executors that search"),
     Recipe("red-coda", **_CODA, description="CoDA with RED-weighted SFT co-training (the trainer's side)"),
 )

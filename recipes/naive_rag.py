@@ -26,7 +26,7 @@ async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
     return Episode(main=traj, answer=answer, search=SearchTrace.of([record.question], [[d.id for d in docs]]))
 
 
-RECIPES = (
+AGENTS = (
     Recipe(
         "naive-rag",
         run_naive_rag,

@@ -6,7 +6,7 @@ independent) and combines the partial results, or solves the problem directly wh
 does not parse. Worker text never enters the planner's trajectory.
 
 Reward: correctness of the worker's final number, token efficiency and the independence of the subproblems
-(0.1 when the plan does not parse). Eval adds numeric accuracy.
+(0.1 when the plan does not parse). Eval adds numeric accuracy. Knobs: ``RecursiveReasonerParams``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from recipes.answers import numeric_match, parse_number
-from recipes.base import Recipe, Scoring, episode_reward
+from recipes.base import AgentParams, Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import Generator
 from recipes.core.trajectory import TokenTrajectory
@@ -25,6 +27,13 @@ from recipes.rewards.formulas import recursive_reasoner_reward
 from recipes.rewards.planner_json import parse_planner_json, plan_subproblems
 from recipes.rewards.result import RewardResult
 from recipes.rewards.similarity import subproblem_independence
+
+
+class RecursiveReasonerParams(AgentParams):
+    """The recursive reasoner's own knobs, [rollout] keys."""
+
+    worker_max_tokens: int = Field(256, ge=1, description="Tokens per frozen-worker call (recursive reasoner)")
+    token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
         tokens=facts.planner_tokens + facts.worker_tokens,
         decomposed=facts.decomposed,
         independence=independence,
-        token_budget=scoring.settings.token_budget,
+        token_budget=RecursiveReasonerParams.of(scoring.settings).token_budget,
     )
 
 
@@ -112,7 +121,7 @@ def numeric(record: PromptRecord, answer: str | None) -> dict[str, float]:
     return {"numeric": numeric_match(answer, golds[0]) if golds else 0.0}
 
 
-RECIPES = (
+AGENTS = (
     Recipe(
         "recursive-reasoner",
         run_recursive_reasoner,

@@ -3,14 +3,16 @@ its Thinker variant (``thinker-searcher``): the same loop, but a ``<search>`` go
 and its summary comes back inside ``<information>``; only the Thinker's own tokens are trained.
 
 Reward: the answer's score (EM by default), with Search-R1's structure-format shaping; it reads the parsed
-answer, the policy's own action text and the ``<information>`` observations only.
+answer, the policy's own action text and the ``<information>`` observations only. Knobs: ``SearchR1Params``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipes.base import Recipe, Scoring, episode_reward
+from pydantic import Field
+
+from recipes.base import AgentParams, Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -18,6 +20,16 @@ from recipes.datasets import PromptRecord
 from recipes.prompts import INVALID_SEARCH_ACTION, NO_RESULTS, search_agent_messages
 from recipes.rewards.formulas import search_r1_reward
 from recipes.rewards.result import RewardResult
+
+
+class SearchR1Params(AgentParams):
+    """The thinker-searcher's own knob, a [rollout] key (search-r1 has none)."""
+
+    searcher_max_turns: int | None = Field(
+        None,
+        ge=1,
+        description="thinker-searcher: searcher budget sent with each request (none: [searcher] max_turns)",
+    )
 
 
 def flat_spec(ctx: AgentContext, role: str) -> RoleSpec:
@@ -96,7 +108,7 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     )
 
 
-RECIPES = (
+AGENTS = (
     Recipe(
         "search-r1",
         run_search_r1,

@@ -1,14 +1,16 @@
 """Single-turn: one completion of the prompt, no tools (the plain GRPO task: a prompt, a completion, a reward).
 
 The prompt is the row's prompt field rendered as one user turn by the model's chat template (with the recipe's
-``system_prompt`` before it when set, as for every agent); generation stops at EOS, at ``[rollout] stop`` strings or at
-``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the
+``system_prompt`` before it when set, as for every agent); generation stops at EOS, at ``[rollout] stop`` strings
+(``SingleTurnParams``; naive-rag's one turn too) or at ``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the
 gold answers with the answer metric; a user reward (``[rollout] reward = "module:function"``) replaces it.
 """
 
 from __future__ import annotations
 
-from recipes.base import Recipe, Scoring, episode_reward
+from pydantic import Field
+
+from recipes.base import AgentParams, Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import whole_tokens
 from recipes.core.trajectory import TokenTrajectory
@@ -16,6 +18,12 @@ from recipes.datasets import PromptRecord
 from recipes.prompts import Messages
 from recipes.rewards.answer import answer_reward
 from recipes.rewards.result import RewardResult
+
+
+class SingleTurnParams(AgentParams):
+    """The one-turn agents' own knob, a [rollout] key: single-turn's and naive-rag's stop strings."""
+
+    stop: list[str] = Field(default_factory=list, description="single-turn, naive-rag: stop strings (EOS always stops)")
 
 
 async def complete_once(ctx: AgentContext, record: PromptRecord, messages: Messages) -> tuple[TokenTrajectory, str]:
@@ -46,7 +54,7 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     return answer_reward(episode.answer, scoring.record.golden_answers, metric=scoring.metric)
 
 
-RECIPES = (
+AGENTS = (
     Recipe(
         "single-turn",
         run_single_turn,

@@ -6,15 +6,18 @@ result is appended as a tool turn rendered by the model's chat template (``Token
 that ends with EOS and no call is the final reply; the answer is the text after the last ``</think>``.
 
 Reward: MRR of the retrieved gold documents, answer similarity and the think-format fraction, weighted
-(``tool_reward_weights``), or re-combined per group (``reward_combination``: uniform, std, PCA, L2).
+(``tool_reward_weights``), or re-combined per group (``reward_combination``: uniform, std, PCA, L2): the knobs
+of ``ToolAgentParams``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
-from recipes.base import Recipe, Scoring, episode_reward
+from pydantic import Field
+
+from recipes.base import AgentParams, Recipe, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -32,6 +35,18 @@ INVALID_TOOL_CALL = (
     '{"query": "..."}}. Call the tool again or reply with the answer.\n'
 )
 FINAL_REPLY_NUDGE = "\nNo more tool calls are available. Reply with your answer now.\n"
+
+
+class ToolAgentParams(AgentParams):
+    """The tool agent's own knobs, [rollout] keys: how its reward's components combine."""
+
+    tool_reward_weights: dict[str, float] = Field(
+        default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
+        description="Tool agent: weights of mrr / answer_similarity / format",
+    )
+    reward_combination: Literal["explicit", "uniform", "std", "pca", "l2"] = Field(
+        "explicit", description="Tool agent: how a group's components combine (explicit = tool_reward_weights)"
+    )
 
 
 def parse_tool_calls(text: str) -> list[Action]:
@@ -112,16 +127,17 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
         gold_doc_ids=gold_doc_ids(scoring.record),
         similarity=similarity,
         think_fraction=think_format_fraction(chat(episode.main)),
-        weights=scoring.settings.tool_reward_weights,
+        weights=ToolAgentParams.of(scoring.settings).tool_reward_weights,
     )
 
 
 def combine_group(settings: Any, rewards: list[RewardResult]) -> list[RewardResult]:
     """A group-level scheme (uniform/std/PCA/L2) re-combines the group's components; the weights each got
     are kept as ``weight_<name>`` components. ``explicit``: unchanged."""
-    if settings.reward_combination == "explicit":
+    scheme = ToolAgentParams.of(settings).reward_combination
+    if scheme == "explicit":
         return rewards
-    combined = combine_rewards({k: [r.components[k] for r in rewards] for k in COMPONENTS}, settings.reward_combination)
+    combined = combine_rewards({k: [r.components[k] for r in rewards] for k in COMPONENTS}, scheme)
     weights = {f"weight_{k}": w for k, w in combined.weights.items()}
     return [
         RewardResult(reward=float(value), components={**r.components, **weights})
@@ -129,7 +145,7 @@ def combine_group(settings: Any, rewards: list[RewardResult]) -> list[RewardResu
     ]
 
 
-RECIPES = (
+AGENTS = (
     Recipe(
         "tool-agent",
         run_tool_agent,

@@ -14,9 +14,12 @@ Logprobs are those of the sampled tokens (``logprobs=0``). Weight management: ``
 ``unload_lora``, ``reload_weights`` (``/pause?mode=wait`` → ``POST /collective_rpc`` calling
 ``update_weights_from_path`` → ``/reset_prefix_cache`` → ``/resume``).
 
-Transient failures (5xx, 429, timeouts, refused connections) are retried with backoff (``shared.retry``);
-a 4xx raises ``InferenceError`` at once with the server's message. ``SyncInferenceClient`` is the same
-for the trainer and CLIs.
+The sampling arguments of ``complete`` (``max_tokens``, ``temperature``, ``stop``, ``n``, ``seed``, ...) and
+their defaults are those of ``completion_body``, the one request body every transport sends (this module's
+two and the rollout's aiohttp one, ``recipes.core.aio_llm``). Transient failures (``shared.transient``: 429,
+502, 503, 504, refused connections) are retried with backoff (``shared.retry``); a 500 or another 4xx raises
+``InferenceError`` at once with the server's message. ``SyncInferenceClient`` is the same for the trainer and
+CLIs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 import httpx
 
 from shared.inference_wire import (
+    COMPLETIONS,
     Completion,
     InferenceError,
     completion_body,
@@ -91,36 +95,10 @@ class InferenceClient:
         except httpx.HTTPStatusError as exc:
             raise raise_for(exc) from None
 
-    async def complete(
-        self,
-        model: str,
-        prompt_token_ids: list[int] | str,
-        *,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop: list[str] | None = None,
-        n: int = 1,
-        seed: int | None = None,
-        include_stop_str_in_output: bool = True,
-        logprobs: bool = True,
-        **extra: Any,
-    ) -> Completion:
-        """Sample ``n`` completions of one prompt (token ids, or text) with per-token logprobs."""
-        body = completion_body(
-            model,
-            prompt_token_ids,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop=stop,
-            n=n,
-            seed=seed,
-            logprobs=logprobs,
-            include_stop_str_in_output=include_stop_str_in_output,
-            **extra,
-        )
-        response = await self._call("POST", "/v1/completions", json=body)
+    async def complete(self, model: str, prompt: list[int] | str, **sampling: Any) -> Completion:
+        """Sample completions of one prompt (token ids, or text) with per-token logprobs; ``sampling`` takes
+        ``completion_body``'s arguments (``max_tokens`` required)."""
+        response = await self._call("POST", COMPLETIONS, json=completion_body(model, prompt, **sampling))
         return parse_completion(response.json())
 
     async def load_lora(self, name: str, path: str) -> str:
@@ -215,35 +193,9 @@ class SyncInferenceClient:
         except httpx.HTTPStatusError as exc:
             raise raise_for(exc) from None
 
-    def complete(
-        self,
-        model: str,
-        prompt_token_ids: list[int] | str,
-        *,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop: list[str] | None = None,
-        n: int = 1,
-        seed: int | None = None,
-        include_stop_str_in_output: bool = True,
-        logprobs: bool = True,
-        **extra: Any,
-    ) -> Completion:
-        body = completion_body(
-            model,
-            prompt_token_ids,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop=stop,
-            n=n,
-            seed=seed,
-            logprobs=logprobs,
-            include_stop_str_in_output=include_stop_str_in_output,
-            **extra,
-        )
-        return parse_completion(self._call("POST", "/v1/completions", json=body).json())
+    def complete(self, model: str, prompt: list[int] | str, **sampling: Any) -> Completion:
+        """``InferenceClient.complete``, blocking."""
+        return parse_completion(self._call("POST", COMPLETIONS, json=completion_body(model, prompt, **sampling)).json())
 
     def load_lora(self, name: str, path: str) -> str:
         return self._call("POST", "/v1/load_lora_adapter", json=lora_body(name, path)).text

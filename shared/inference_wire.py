@@ -1,8 +1,11 @@
 """The inference API's wire on the client side: request bodies, parsed completions and error messages, shared by
-the async and sync clients (``shared.inference_client``) and the scripted fake LLM."""
+the three transports (``shared.inference_client``'s async and sync clients, ``recipes.core.aio_llm``) and the
+scripted fake LLM. ``completion_body`` is the one place the sampling arguments of ``complete`` and their defaults
+are written down; every transport's ``complete(model, prompt, **sampling)`` passes them through."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +18,11 @@ from shared.protocol.inference import (
     CompletionResponse,
 )
 
+COMPLETIONS = "/v1/completions"
+
 
 class InferenceError(Exception):
-    """The server refused a request (4xx) or kept failing (5xx after retries)."""
+    """The server refused a request (4xx), failed it (500) or kept failing (``shared.transient``, after retries)."""
 
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(f"HTTP {status_code}: {message}")
@@ -137,10 +142,15 @@ def completion_body(
 
 def error_message(response: httpx.Response) -> str:
     """The human message of an error body in any of the shapes vLLM/FastAPI/we send."""
+    return message_of(response.text, response.reason_phrase)
+
+
+def message_of(text: str, fallback: str = "") -> str:
+    """``error_message`` of a body already read as text (the aiohttp transport's)."""
     try:
-        body = response.json()
+        body = json.loads(text)
     except ValueError:
-        return response.text.strip() or response.reason_phrase
+        return text.strip() or fallback
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and "message" in err:

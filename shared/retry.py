@@ -1,5 +1,7 @@
-"""Bounded retries for HTTP calls between services: retry 5xx, 429, timeouts and refused connections with
-exponential backoff; never retry other 4xx (the request itself is wrong, so sending it again cannot help).
+"""Bounded retries for HTTP calls between services: send again, with exponential backoff, what
+``shared.transient`` calls transient (429, 502, 503, 504, refused or dropped connections, timeouts before the
+request went out); never a 500 or another 4xx (the request itself failed, so sending it again cannot help),
+nor a request that timed out after it went out (the server may still be working on it).
 """
 
 from __future__ import annotations
@@ -12,16 +14,9 @@ from dataclasses import dataclass
 import httpx
 
 from shared.log import get_logger
+from shared.transient import classify, transient_status
 
 log = get_logger(__name__)
-
-TRANSIENT_ERRORS = (
-    httpx.TimeoutException,
-    httpx.ConnectError,
-    httpx.RemoteProtocolError,
-    httpx.ReadError,
-    httpx.WriteError,
-)
 
 
 @dataclass(frozen=True)
@@ -36,10 +31,6 @@ class RetryPolicy:
         return base * (1 + random.uniform(-self.jitter, self.jitter))
 
 
-def is_transient(response: httpx.Response) -> bool:
-    return response.status_code >= 500 or response.status_code == 429
-
-
 async def arequest(
     client: httpx.AsyncClient, method: str, url: str, *, policy: RetryPolicy = RetryPolicy(), **kwargs
 ) -> httpx.Response:
@@ -48,14 +39,14 @@ async def arequest(
         last = attempt == policy.attempts - 1
         try:
             response = await client.request(method, url, **kwargs)
-        except TRANSIENT_ERRORS as exc:
-            if last:
+        except httpx.TransportError as exc:
+            if last or not classify(exc).resend:
                 raise
             log.warning(
                 "transient HTTP error, retrying", extra={"url": url, "error": repr(exc), "attempt": attempt + 1}
             )
         else:
-            if not is_transient(response) or last:
+            if not transient_status(response.status_code) or last:
                 return response.raise_for_status()
             log.warning(
                 "server error, retrying", extra={"url": url, "status": response.status_code, "attempt": attempt + 1}
@@ -72,14 +63,14 @@ def request(
         last = attempt == policy.attempts - 1
         try:
             response = client.request(method, url, **kwargs)
-        except TRANSIENT_ERRORS as exc:
-            if last:
+        except httpx.TransportError as exc:
+            if last or not classify(exc).resend:
                 raise
             log.warning(
                 "transient HTTP error, retrying", extra={"url": url, "error": repr(exc), "attempt": attempt + 1}
             )
         else:
-            if not is_transient(response) or last:
+            if not transient_status(response.status_code) or last:
                 return response.raise_for_status()
             log.warning(
                 "server error, retrying", extra={"url": url, "status": response.status_code, "attempt": attempt + 1}

@@ -10,6 +10,9 @@ never dropped silently. A read that fails (Redis gone or timing out) may have de
 was lost; the next read serves them from the pending list.
 
 Messages are msgpack-encoded pydantic models under the field ``data``.
+
+``served_count`` tells a producer that counts what it publishes how much of it a consumer group has been
+served (the admission mark's ``consumed``, ``shared.admission``).
 """
 
 from __future__ import annotations
@@ -241,6 +244,38 @@ class StreamQueue(Generic[M]):
         }
         self.r.xadd(self.dead_stream, record, maxlen=10_000, approximate=True)
         self.ack(entry_id)
+
+
+# KEYS[1]: stream, KEYS[2]: the producer's counter; ARGV[1]: consumer group. Redis ≥ 6.2 (exclusive XRANGE start).
+_SERVED = """
+local counted = tonumber(redis.call('GET', KEYS[2]) or '0')
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return counted
+end
+local last = nil
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, delivered = nil, nil
+  for i = 1, #info, 2 do
+    if info[i] == 'name' then name = info[i + 1] elseif info[i] == 'last-delivered-id' then delivered = info[i + 1] end
+  end
+  if name == ARGV[1] then last = delivered end
+end
+if last == nil then
+  return counted - redis.call('XLEN', KEYS[1])
+end
+return counted - #redis.call('XRANGE', KEYS[1], '(' .. last, '+')
+"""
+
+
+def served_count(client: redis.Redis, stream: str, group: str, counter_key: str) -> int:
+    """How many of the entries a producer counted in ``counter_key`` (INCR after each XADD) consumer group
+    ``group`` has been served: the counter minus the entries not yet delivered to the group (all of them
+    while the group does not exist), both read in one Lua script so that no publish slips in between.
+
+    Served entries count whether acknowledged or still pending. Entries nobody counted (another writer's)
+    lower the result while they wait undelivered and cost nothing once delivered.
+    """
+    return int(client.eval(_SERVED, 2, stream, counter_key, group))
 
 
 def _text(value: bytes | str) -> str:

@@ -1,2 +1,2 @@
-"""Test and benchmark harness: the scripted fake LLM (vLLM API shape) and the inference server run on a
-thread. Not part of any service image."""
+"""Test and benchmark harness: the scripted fake LLM (vLLM API shape), the inference server run on a
+thread, and any ASGI app served on a thread (``serving``). Not part of any service image."""

@@ -34,7 +34,7 @@ def make_sample(
 def make_group(prompt_id: str = "q1", n: int = 2, version: int = 2) -> TrajectoryGroup:
     return TrajectoryGroup(
         prompt_id=prompt_id,
-        recipe="search-r1",
+        agent="search-r1",
         data_source="test",
         question="who?",
         golden_answers=["x"],

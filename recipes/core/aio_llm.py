@@ -6,47 +6,31 @@ on this project's 2-core host against the fake LLM (64 requests in flight, uvloo
 CPU per request (its pool scans every pooled connection on each request) and aiohttp about 0.8 ms, which
 decides how many episodes one rollout process can keep in flight (``bench/rollout.py``).
 
-Retries follow ``shared.retry``: 5xx, 429 and connection errors with exponential backoff; any other 4xx
-raises ``InferenceError`` at once. A timeout is not retried: the server has the request and is still working
-on it (a loaded CPU server can take minutes), and sending it again would double the work the wait was for;
-the caller decides (the rollout treats it as an outage of the server and holds new groups).
+Retries follow ``shared.transient``, the stack's one rule: 429, 502, 503, 504 and connection errors are sent
+again with exponential backoff; a 500 or any other 4xx raises ``InferenceError`` at once. A timeout after the
+request went out is transient but not sent again (``Failure.resend``): the server has the request and is still
+working on it (a loaded CPU server can take minutes), and sending it again would double the work the wait was
+for; the caller decides (the rollout treats it as an outage of the server and holds new groups).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import aiohttp
 
 from shared.inference_client import Completion, InferenceError, completion_body, parse_completion
+from shared.inference_wire import COMPLETIONS, message_of
 from shared.log import get_logger
 from shared.retry import RetryPolicy
+from shared.transient import classify, transient_status
 
 log = get_logger(__name__)
 
-TRANSIENT = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
-
-
-def _sent(exc: BaseException) -> bool:
-    """A timeout after the request went out (not while connecting): the server is working on it."""
-    return isinstance(exc, asyncio.TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError)
-
-
-def _message(text: str) -> str:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text.strip()[:500]
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict) and "message" in err:
-        return str(err["message"])
-    return str(body.get("message", body))[:500] if isinstance(body, dict) else str(body)[:500]
-
 
 class AiohttpCompletions:
-    """``complete(model, prompt_ids, ...) -> Completion``, the subset of ``InferenceClient`` agents use."""
+    """``complete(model, prompt_ids, **sampling) -> Completion``, the subset of ``InferenceClient`` agents use."""
 
     def __init__(
         self,
@@ -56,7 +40,7 @@ class AiohttpCompletions:
         retry: RetryPolicy = RetryPolicy(),
         max_connections: int = 1024,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/v1/completions"
+        self.url = base_url.rstrip("/") + COMPLETIONS
         self.retry, self.timeout_s, self.max_connections = retry, timeout_s, max_connections
         self._session: aiohttp.ClientSession | None = None
 
@@ -69,34 +53,23 @@ class AiohttpCompletions:
             )
         return self._session
 
-    async def complete(
-        self,
-        model: str,
-        prompt_token_ids: list[int],
-        *,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop: list[str] | None = None,
-        **extra: Any,
-    ) -> Completion:
-        body = completion_body(
-            model, prompt_token_ids, max_tokens=max_tokens, temperature=temperature, top_p=top_p, stop=stop, **extra
-        )
+    async def complete(self, model: str, prompt: list[int] | str, **sampling: Any) -> Completion:
+        """``InferenceClient.complete`` over aiohttp: ``sampling`` takes ``completion_body``'s arguments."""
+        body = completion_body(model, prompt, **sampling)
         for attempt in range(self.retry.attempts):
             last = attempt == self.retry.attempts - 1
             try:
                 async with self._client().post(self.url, json=body) as response:
                     if response.status < 400:
                         return parse_completion(await response.json(content_type=None))
-                    error = InferenceError(response.status, _message(await response.text()))
-                if (response.status < 500 and response.status != 429) or last:
+                    error = InferenceError(response.status, message_of(await response.text(), response.reason or ""))
+                if not transient_status(response.status) or last:
                     raise error
                 log.warning(
                     "inference server error, retrying", extra={"status": response.status, "attempt": attempt + 1}
                 )
-            except TRANSIENT as exc:
-                if last or _sent(exc):
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if last or not classify(exc).resend:
                     raise
                 log.warning(
                     "inference transport error, retrying", extra={"error": repr(exc)[:200], "attempt": attempt + 1}

@@ -89,7 +89,7 @@ class Episode:
 async def search_documents(ctx: AgentContext, queries: list[str]) -> tuple[list[str], list[list[str]]]:
     """Formatted document blocks for ``queries`` (one batched retriever call) and the retrieved ids."""
     if ctx.retriever is None:
-        raise RuntimeError("this recipe searches but no retriever is configured")
+        raise RuntimeError("this agent searches but no retriever is configured")
     results = await ctx.retriever.retrieve(queries, topk=ctx.topk)
     blocks = [format_documents([(d.title, d.text) for d in docs]) for docs in results]
     return blocks, [[d.id for d in docs] for docs in results]

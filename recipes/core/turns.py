@@ -1,6 +1,6 @@
 """The turn engine every agent role runs: generate → parse one action → act → append the observation.
 
-Protocol (shared by all recipes, parameterised per role by ``RoleSpec``):
+Protocol (shared by all agents, parameterised per role by ``RoleSpec``):
 - A turn ends at a stop string (the closers of the role's action tags) or at EOS; the ids are kept as
   sampled, EOS included. The turn's text is that of its whole last token, even where a BPE merge carries
   characters past the stop string (``</task>.``; ``llm.whole_tokens``), so text, ids and action agree.

@@ -1,4 +1,4 @@
-"""One reward per recipe, composed from the reward modules. Each returns a ``RewardResult``.
+"""One reward per agent, composed from the reward modules. Each returns a ``RewardResult``.
 
 - ``coda_reward``: ``(6·F1 − 3) + w_fmt·(planner_fmt + mean executor_fmt) + w_ref·refine`` (R ∈ [−3, 3.3]).
 - ``search_r1_reward``: EM of the answer, optionally with Search-R1's structure-format shaping.
@@ -52,7 +52,7 @@ def coda_reward(
     ``refine`` is 1 if any executor's ``<refine>`` text covers a gold (cover-EM). The same R goes to the
     planner and its executors. Components use the same names as ``answer_reward`` (``em``, ``f1``,
     ``sub_em``, ``cover_em``, ``has_answer``) so consumers (RED accuracy, eval tables) read one key whatever
-    the recipe.
+    the agent.
     """
     golds = as_gold_list(golds)
     scores = answer_reward(answer, golds).components

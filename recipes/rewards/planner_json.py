@@ -1,4 +1,4 @@
-"""Parsing the JSON plan a decomposing planner writes (recursive-reasoner recipe), tolerant of chatter.
+"""Parsing the JSON plan a decomposing planner writes (the recursive-reasoner agent), tolerant of chatter.
 
 The model may wrap the JSON in ``` fences, surround it with prose, or put raw newlines inside strings; we
 collect the top-level ``{…}`` candidates by brace depth (ignoring braces inside strings) and take the first

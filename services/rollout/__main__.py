@@ -29,10 +29,10 @@ def parser() -> argparse.ArgumentParser:
 
 def resolve_recipe(args: argparse.Namespace) -> argparse.Namespace:
     """``--recipe coda`` is friendly shorthand: ``configs/coda.toml`` when it exists, else ``--agent coda``."""
-    from recipes import RECIPES
+    from recipes import AGENTS
 
     name = getattr(args, "recipe", None)
-    if name in RECIPES and not Path(name).is_file():
+    if name in AGENTS and not Path(name).is_file():
         config = Path("configs") / f"{name}.toml"
         args.recipe = str(config) if config.is_file() else None
         if args.setting__agent is None:

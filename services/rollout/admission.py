@@ -1,15 +1,13 @@
 """Staleness by admission: a new group may start only while the trainer can still use it in time.
 
-The trainer at version ``v`` accepts data sampled by versions ``v − s … v`` (``s = max_staleness``) and
-takes ``g`` groups per optimizer step. A group started now waits behind every group published or running
-that the trainer has not taken yet; so at most ``consumed + (s + 1)·g`` groups may ever have been started,
-where ``consumed`` is the number of published groups the trainer had taken when the live version was
-published (the trainer's ``AdmissionMark``). ``accepted + running`` have been. With ``s = 0`` this is
-strict on-policy training: exactly one step's worth of groups per version.
+The rule (``shared.staleness.admission_limit``): at most ``consumed + (s + 1)·g`` groups may ever have been
+started, ``s = max_staleness``, ``g`` groups per optimizer step, ``consumed`` the number of published groups
+the trainer had taken when the live version was published (its ``AdmissionMark``; ``v·g`` before it wrote
+one). ``accepted + running`` have been. With ``s = 0`` this is strict on-policy training: exactly one step's
+worth of groups per version.
 
-Before the trainer wrote any mark, ``consumed = v·g`` (what it is in a run without restarts). Counting the
-groups actually taken, not versions, is what keeps the promise through trainer restarts (retrained steps
-bump the version without taking new groups), foreign groups and steps that trained nothing.
+Counting the groups actually taken, not versions, is what keeps the promise through trainer restarts
+(retrained steps bump the version without taking new groups), foreign groups and steps that trained nothing.
 Nothing sampled is thrown away for being stale: it is never started in the first place.
 """
 
@@ -20,19 +18,7 @@ import contextlib
 import time
 
 from shared.contract import DEFAULT_CONTRACT
-
-
-def admission_limit(max_staleness: int, version: int, groups_per_step: int, consumed: int | None = None) -> int:
-    """How many groups may have been started in all: ``consumed + (s + 1)·g`` (``consumed`` unknown: ``v·g``)."""
-    base = version * groups_per_step if consumed is None else consumed
-    return base + (max_staleness + 1) * groups_per_step
-
-
-def admission_capacity(
-    max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int, consumed: int | None = None
-) -> int:
-    """How many more groups may start now: the limit minus ``accepted + running`` (≤ 0: none)."""
-    return admission_limit(max_staleness, version, groups_per_step, consumed) - (accepted + running)
+from shared.staleness import admission_capacity, admission_limit
 
 
 class Admission:
@@ -59,7 +45,9 @@ class Admission:
 
     @property
     def capacity(self) -> int:
-        return self.limit - (self.accepted + self.running)
+        return admission_capacity(
+            self.max_staleness, self.version, self.groups_per_step, self.accepted, self.running, self.consumed
+        )
 
     def can_start(self) -> bool:
         return self.capacity > 0 and (self.max_running is None or self.running < self.max_running)

@@ -110,7 +110,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
             log.info(
                 "rollout started",
                 extra={
-                    "recipe": settings.agent,
+                    "agent": settings.agent,
                     "prompts": len(records),
                     "version": ctx.policy.state.version,
                     "accepted": accepted,

@@ -1,4 +1,8 @@
-"""Rollout settings: one pydantic-settings class (env prefix ``CODA_ROLLOUT_``, recipe table ``[rollout]``)."""
+"""Rollout settings: one pydantic-settings class (env prefix ``CODA_ROLLOUT_``, recipe table ``[rollout]``).
+
+The knobs only one agent reads are defined beside that agent (``recipes.coda.CoDAParams``, …) and inherited
+here, so they are flat ``[rollout]`` keys like the rest.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,22 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from recipes import RECIPES, Recipe, get_recipe, load_reward
+from recipes import AGENTS, Recipe, get_agent, load_reward
+from recipes.coda import CoDAParams
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord, load_prompts, select_split
+from recipes.recursive_reasoner import RecursiveReasonerParams
+from recipes.search_r1 import SearchR1Params
+from recipes.single_turn import SingleTurnParams
+from recipes.tool_agent import ToolAgentParams
 from shared.contract import contract_field, contract_names
 from shared.settings import ServiceSettings, service_config
 
 
-class RolloutSettings(ServiceSettings):
+# The bases after ServiceSettings are the agents' own knobs (defaults, checks, descriptions), one model per agent.
+class RolloutSettings(
+    ServiceSettings, SearchR1Params, CoDAParams, ToolAgentParams, RecursiveReasonerParams, SingleTurnParams
+):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
     # model_name: the rollout's name of the contract's served_model_name, from before there was one.
@@ -28,8 +40,7 @@ class RolloutSettings(ServiceSettings):
 
     agent: str = Field(
         "search-r1",
-        description=f"Agent protocol whose episodes run, with its reward "
-        f"(recipes.RECIPES: {', '.join(sorted(RECIPES))})",
+        description=f"Agent protocol whose episodes run, with its reward (recipes.AGENTS: {', '.join(sorted(AGENTS))})",
     )
     reward: str | None = Field(
         None,
@@ -63,7 +74,11 @@ class RolloutSettings(ServiceSettings):
         description="Window in which concurrent episodes' searches are sent as one /retrieve request (0: one each)",
     )
     http_timeout_s: float = Field(300.0, gt=0, description="Timeout of one LLM/retriever/searcher call")
-    retry_attempts: int = Field(4, ge=1, description="Tries per HTTP call on 5xx/timeouts (never on 4xx)")
+    retry_attempts: int = Field(
+        4,
+        ge=1,
+        description="Tries per HTTP call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.transient)",
+    )
     retry_backoff_s: float = Field(0.2, ge=0, description="First retry wait; doubles per retry (max 5 s)")
 
     # ------------------------------------------------------------ data
@@ -109,14 +124,10 @@ class RolloutSettings(ServiceSettings):
 
     # ------------------------------------------------------------ turn budgets
     max_turns: int = Field(4, ge=1, description="Action turns of the main role (policy/planner/thinker)")
-    executor_max_turns: int = Field(3, ge=1, description="Action turns of each CoDA executor")
     max_tokens_per_turn: int = Field(256, ge=1, description="Generated tokens per turn")
     max_obs_tokens: int = Field(512, ge=1, description="Tokens of one observation's content")
     max_context_tokens: int = Field(4096, ge=64, description="Prompt + appended tokens of one trajectory")
-    worker_max_tokens: int = Field(256, ge=1, description="Tokens per frozen-worker call (recursive reasoner)")
     topk: int = Field(3, ge=1, description="Documents per search")
-    searcher_max_turns: int | None = Field(None, ge=1, description="Searcher budget sent with each request")
-    stop: list[str] = Field(default_factory=list, description="single-turn: stop strings (EOS always stops)")
     system_prompt: str | None = Field(
         None,
         description="A system turn before every prompt that has none ('' for an empty one; none: the chat template "
@@ -131,16 +142,6 @@ class RolloutSettings(ServiceSettings):
     # ------------------------------------------------------------ rewards
     answer_metric: Literal["em", "f1", "sub_em", "cover_em"] | None = Field(
         None, description="Answer score (default: the agent's: f1 for coda, em otherwise)"
-    )
-    format_weight: float = Field(0.1, description="CoDA format-term weight")
-    refine_weight: float = Field(0.1, description="CoDA refine-term weight")
-    token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
-    tool_reward_weights: dict[str, float] = Field(
-        default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
-        description="Tool agent: weights of mrr / answer_similarity / format",
-    )
-    reward_combination: Literal["explicit", "uniform", "std", "pca", "l2"] = Field(
-        "explicit", description="Tool agent: how a group's components combine (explicit = tool_reward_weights)"
     )
     embedder: Literal["hashing", "minilm"] = Field(
         "hashing", description="Embeddings for similarity rewards: hashing (fast, lexical) or minilm"
@@ -164,7 +165,7 @@ class RolloutSettings(ServiceSettings):
     @field_validator("agent")
     @classmethod
     def _known_agent(cls, value: str) -> str:
-        get_recipe(value)  # a ValueError naming the known agents
+        get_agent(value)  # a ValueError naming the known agents
         return value
 
     @field_validator("prompt_field", "gold_field")
@@ -183,7 +184,8 @@ class RolloutSettings(ServiceSettings):
 
     @property
     def recipe(self) -> Recipe:
-        return get_recipe(self.agent)
+        """The agent's registry entry (``recipes.AGENTS[agent]``), not the recipe TOML."""
+        return get_agent(self.agent)
 
     @property
     def reward_spec(self) -> str:

@@ -137,7 +137,7 @@ def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     start = time.time()
     result = asyncio.run(evaluate(settings, records))
     result.update(
-        recipe=settings.agent, dataset=settings.dataset, split=settings.split, seconds=round(time.time() - start, 2)
+        agent=settings.agent, dataset=settings.dataset, split=settings.split, seconds=round(time.time() - start, 2)
     )
     out = Path(settings.eval_output)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,12 @@
 """Back off while a dependency is down instead of burning prompts on it.
 
 A group that fails because the LLM, the retriever, the searcher or Redis is unreachable, timing out or
-answering 502/503/504/429 failed through no fault of its prompt: every prompt would fail the same way until the
-dependency returns. So such a failure does not count against the prompt (it goes back to the queue) and
-the ``DependencyGate`` pauses admission of new groups, probing the dependency with exponential backoff
-(0.5 s → 10 s) until it answers again. Failures that are the prompt's own (a 4xx, a reward bug) still count.
+answering 502/503/504/429 (a transient failure, ``shared.transient``) failed through no fault of its prompt:
+every prompt would fail the same way until the dependency returns. So such a failure does not count against
+the prompt (it goes back to the queue) and the ``DependencyGate`` pauses admission of new groups, probing the
+dependency with exponential backoff (0.5 s → 10 s) until it answers again. Failures that are the prompt's own (a 4xx, a 500, a reward bug) still
+count: a prompt that makes a server fail (500) is dropped after a few tries instead of pausing the rollout
+again and again.
 """
 
 from __future__ import annotations
@@ -16,30 +18,29 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from shared.log import get_logger
+from shared.transient import Failure
 
 log = get_logger(__name__)
 
 DEPENDENCIES = ("inference", "retriever", "searcher", "redis")
 Probe = Callable[[str], Awaitable[bool]]
-# A server that answers but is not serving (restarting, behind a proxy, overloaded). Not 500: a server that
-# is up and fails one request after the client's retries most likely fails that request, and counting it
-# lets a prompt that crashes a server be dropped instead of pausing the rollout again and again.
-OUTAGE_STATUS = ("http_429", "http_502", "http_503", "http_504")
 
 
-def outage_dependency(cause: str) -> str | None:
-    """The dependency an outage label of ``failure_cause`` blames (``retriever_unreachable`` → ``retriever``);
-    None for failures that are the prompt's own (``inference_http_404``, ``retriever_http_500``, a bug)."""
-    name, _, how = cause.partition("_")
-    if name not in DEPENDENCIES:
+def outage_dependency(failure: Failure) -> str | None:
+    """The dependency a failure blames when it is an outage (``retriever`` for a refused connection to the
+    retriever); None for failures that are the prompt's own (``inference_http_404``, ``retriever_http_500``,
+    a bug) and for transient failures of an HTTP call to no named dependency (nothing to probe)."""
+    if failure.service not in DEPENDENCIES:
         return None
-    # "redis_error": publishing a group to Redis fails alike for every prompt, so it is never the prompt's.
-    return name if how in ("unreachable", "timeout", "error") or how in OUTAGE_STATUS else None
+    # Any Redis error: publishing a group to Redis fails alike for every prompt, so it is never the prompt's
+    # (a transient one or not: an out-of-memory Redis refuses every XADD until the trainer catches up).
+    return failure.service if failure.transient or failure.service == "redis" else None
 
 
 async def http_answers(base_url: str, timeout_s: float = 5.0) -> bool:
     """True when the service at ``base_url`` answers ``/health`` below 500 (a server without the route
-    still proves it is up with its 404; a 503 is a server that is not ready yet)."""
+    still proves it is up with its 404; a 503 is a server that is not ready yet). A health check, not a
+    request that failed: its own 500 says the server is unhealthy, so ``shared.transient`` does not apply."""
     root = base_url.rstrip("/").removesuffix("/retrieve")  # Search-R1 configs give the full route
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:

@@ -17,8 +17,6 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-import aiohttp
-import httpx
 import redis
 
 from recipes.core.context import AgentContext, Episode
@@ -29,10 +27,11 @@ from services.rollout.embedding import Embedder
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import build_group, combine_group, score_episode
-from shared.inference_client import InferenceError
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
+from shared.staleness import group_staleness
 from shared.stream import StreamQueue
+from shared.transient import classify
 
 log = get_logger(__name__)
 
@@ -82,23 +81,6 @@ class PromptQueue:
         return len(self.pending) + len(self.retry)
 
 
-def failure_cause(exc: BaseException, services: dict[str, str]) -> str:
-    """A short label for metrics: which service and how (``retriever_unreachable``, ``inference_http_503``)."""
-    if isinstance(exc, InferenceError):
-        return f"inference_http_{exc.status_code}"
-    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError):  # only the LLM transport uses aiohttp
-        return "inference_timeout" if isinstance(exc, asyncio.TimeoutError) else "inference_unreachable"
-    if isinstance(exc, redis.RedisError):
-        return "redis_error"
-    if isinstance(exc, httpx.HTTPError):
-        url = str(exc.request.url) if getattr(exc, "_request", None) is not None else ""
-        name = next((n for n, base in services.items() if base and url.startswith(base.rstrip("/"))), "http")
-        if isinstance(exc, httpx.HTTPStatusError):
-            return f"{name}_http_{exc.response.status_code}"
-        return f"{name}_timeout" if isinstance(exc, httpx.TimeoutException) else f"{name}_unreachable"
-    return type(exc).__name__
-
-
 @dataclass
 class Stats:
     published: int = 0
@@ -123,7 +105,8 @@ class Producer:
         self.s, self.ctx, self.publisher, self.r = settings, ctx, publisher, client
         self.admission, self.metrics, self.prompts, self.embed = admission, metrics, prompts, embed
         self.stats = Stats()
-        self.failures: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()  # by ``Failure.label``, the metric's ``cause``
+        self.blamed: Counter[str] = Counter()  # those of them counted against their prompt (not outages)
         self.services = {
             "inference": settings.inference_url,
             "retriever": settings.retriever_url,
@@ -145,7 +128,7 @@ class Producer:
                 try:
                     wait = await self.admission.acquire()
                 except redis.RedisError as exc:  # the shared admission gate lives in Redis
-                    self.gate.down("redis", failure_cause(exc, self.services), time.perf_counter())
+                    self.gate.down("redis", classify(exc).label, time.perf_counter())
                     continue
                 if self.gate.waiting_for is not None:  # it went down while we waited for the slot
                     await self.admission.release(published=False)
@@ -191,7 +174,7 @@ class Producer:
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 # One outage error means the group met the outage; blame that, not the prompt.
-                outages = [e for e in errors if outage_dependency(failure_cause(e, self.services))]
+                outages = [e for e in errors if outage_dependency(classify(e, self.services))]
                 self._failed(record, (outages or errors)[0], start)
                 return
             try:
@@ -237,24 +220,26 @@ class Producer:
         trained = sum(s.num_trained_tokens for s in group.samples)
         self.metrics.tokens.labels("trained").inc(trained)
         self.metrics.tokens.labels("context").inc(sum(len(s.token_ids) for s in group.samples) - trained)
-        oldest = min((v for s in group.samples if (v := s.min_version()) is not None), default=self.version)
-        self.metrics.staleness.observe(self.version - oldest)
+        self.metrics.staleness.observe(group_staleness(group, self.version))
         self.metrics.version.labels("rollout").set(self.version)
 
     def _failed(self, record: PromptRecord, exc: BaseException, started: float) -> None:
-        cause = failure_cause(exc, self.services)
+        failure = classify(exc, self.services)  # typed; its label is the metric's cause
+        cause = failure.label
         self.failures[cause] += 1
         self.stats.failed += 1
         self.metrics.failures.labels(cause).inc()
         self.metrics.groups.labels("failed").inc()
-        dependency = outage_dependency(cause)
+        dependency = outage_dependency(failure)
         if dependency is not None:  # not the prompt's fault: back in the queue uncounted, admission paused
             self.prompts.put_back(record)
             self.gate.down(dependency, cause, started)
             log.debug(
                 "group failed in an outage; prompt re-queued", extra={"prompt_id": record.prompt_id, "cause": cause}
             )
-        elif self.prompts.requeue(record, self.s.max_prompt_failures):
+            return
+        self.blamed[cause] += 1
+        if self.prompts.requeue(record, self.s.max_prompt_failures):
             log.warning(
                 "group failed; prompt re-queued",
                 extra={"prompt_id": record.prompt_id, "cause": cause, "error": repr(exc)[:300]},
@@ -282,6 +267,7 @@ class Producer:
             "dropped": self.stats.dropped,
             "episodes": self.stats.episodes,
             "failures_by_cause": dict(self.failures),
+            "blamed_failures_by_cause": dict(self.blamed),  # counted against their prompts: not outages
             "queued_prompts": len(self.prompts),
             "epoch": self.prompts.epoch,
             **self.gate.status(),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from recipes import Scoring, get_recipe, load_reward
+from recipes import Scoring, get_agent, load_reward
 from recipes.answers import answer_scores
 from recipes.core.context import Episode
 from recipes.datasets import PromptRecord, gold_doc_ids
@@ -38,7 +38,7 @@ def answer_metrics(agent: str, record: PromptRecord, answer: str | None) -> dict
     """EM/F1 of an episode's final answer (and the recipe's extra scores, e.g. numeric accuracy for math):
     what eval reports."""
     scores = answer_scores(answer, record.golden_answers)
-    extras = get_recipe(agent).answer_extras
+    extras = get_agent(agent).answer_extras
     return {**scores, **extras(record, answer)} if extras is not None else scores
 
 
@@ -84,7 +84,7 @@ def build_group(
             samples.append(traj.to_sample(reward.reward, components, text=traj.response_text))
     return TrajectoryGroup(
         prompt_id=record.prompt_id,
-        recipe=settings.agent,
+        agent=settings.agent,
         data_source=record.data_source,
         question=record.question,
         golden_answers=list(record.golden_answers),

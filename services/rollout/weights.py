@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import redis
 
 from recipes.core.llm import PolicyState
-from shared.admission import read_mark
+from shared.admission import AdmissionMarks
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
@@ -37,7 +37,7 @@ class WeightFollower:
         on_consumed: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.r, self.state, self.stream, self.version_key = client, state, stream, version_key
-        self.admission_key = admission_key
+        self.marks = AdmissionMarks(client, admission_key)  # read only: the trainer writes it
         self.on_version, self.on_consumed = on_version, on_consumed
         self.last_id = "0-0"
 
@@ -59,9 +59,9 @@ class WeightFollower:
         if self.on_consumed is None:
             return
         try:
-            mark = await asyncio.to_thread(read_mark, self.r, self.admission_key)
+            mark = await asyncio.to_thread(self.marks.read)
         except ValueError as exc:
-            log.error("bad admission mark ignored", extra={"key": self.admission_key, "error": str(exc)[:200]})
+            log.error("bad admission mark ignored", extra={"key": self.marks.key, "error": str(exc)[:200]})
             return
         if mark is not None and mark.version <= self.state.version:
             await self.on_consumed(mark.consumed)

@@ -29,7 +29,11 @@ class SearcherSettings(ServiceSettings):
     topk: int = Field(3, ge=1, description="Documents per search")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature (0: greedy, a stable tool)")
     http_timeout_s: float = Field(120.0, gt=0, description="Timeout of one LLM/retriever call")
-    retry_attempts: int = Field(4, ge=1, description="Tries per call on 5xx/timeouts (never on 4xx)")
+    retry_attempts: int = Field(
+        4,
+        ge=1,
+        description="Tries per call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.transient)",
+    )
 
     def budget(self) -> Budget:
         return Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)

@@ -69,18 +69,38 @@ def _default(field: FieldInfo) -> str:
     return repr(field.default)
 
 
+def _table(fields: dict[str, FieldInfo]) -> list[str]:
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    for key, field in fields.items():
+        desc = (field.description or "").replace("|", "\\|")
+        kind = _type_name(field.annotation).replace("|", "\\|")
+        default = _default(field).replace("|", "\\|")
+        rows.append(f"| `{key}` | `{kind}` | `{default}` | {desc} |")
+    return rows
+
+
+def _params_bases(cls: type) -> list[type]:
+    """The plain models a settings class inherits its fields from beside its settings base (the rollout's agent
+    knobs: ``recipes.coda.CoDAParams``, …), in the order of its bases."""
+    from pydantic_settings import BaseSettings
+
+    return [base for base in cls.__bases__ if not issubclass(base, BaseSettings)]
+
+
 def render() -> str:
     parts = [HEADER]
     parts += shared_section([(service, settings_class(module, name)) for service, module, name in SETTINGS])
     for service, module, name in SETTINGS:
         cls = settings_class(module, name)
         prefix = cls.model_config.get("env_prefix", "")
+        groups = _params_bases(cls)
+        inherited = {key for base in groups for key in base.model_fields}
         parts.append(f"\n## `[{cls.toml_section}]` — {service} (`{module}.{name}`, env `{prefix}…`)\n")
-        parts.append("| key | type | default | description |")
-        parts.append("|---|---|---|---|")
-        for key, field in cls.model_fields.items():
-            desc = (field.description or "").replace("|", "\\|")
-            kind = _type_name(field.annotation).replace("|", "\\|")
-            default = _default(field).replace("|", "\\|")
-            parts.append(f"| `{key}` | `{kind}` | `{default}` | {desc} |")
+        parts += _table({k: f for k, f in cls.model_fields.items() if k not in inherited})
+        if groups:
+            parts.append("\nEach agent's own knobs, defined beside it and set like the keys above:")
+        for base in groups:
+            summary = (base.__doc__ or "").strip().splitlines()[0]
+            parts.append(f"\n### `{base.__module__}.{base.__name__}` — {summary}\n")
+            parts += _table({k: cls.model_fields[k] for k in base.model_fields})
     return "\n".join(parts) + "\n"

@@ -20,7 +20,8 @@ from dataclasses import replace
 from services.trainer.outage import DependencyDown, Patience
 from services.trainer.packing import TrainSeq
 from shared.log import get_logger
-from shared.protocol import Sample, TrajectoryGroup
+from shared.protocol import TrajectoryGroup
+from shared.staleness import sample_staleness, token_staleness, too_stale
 from shared.stream import Entry, StreamQueue
 
 log = get_logger(__name__)
@@ -100,12 +101,6 @@ def group_check(vocab_size: int) -> Callable[[TrajectoryGroup], None]:
     return check
 
 
-def sample_lag(sample: Sample, version: int) -> int:
-    """How many versions behind ``version`` the oldest trained token of ``sample`` is (0 when none)."""
-    oldest = sample.min_version()
-    return 0 if oldest is None else max(0, version - oldest)
-
-
 def teaching(seqs: list[TrainSeq]) -> tuple[list[TrainSeq], int]:
     """The sequences whose advantage is not 0, re-indexed, and how many were left out.
 
@@ -131,21 +126,19 @@ def to_sequences(
     dropped = 0
     for g in groups:
         for s in g.samples:
-            lag = sample_lag(s, version)
             if not s.num_trained_tokens:
                 continue
-            if lag > max_staleness and policy == "drop":
+            if policy == "drop" and too_stale(sample_staleness(s, version), max_staleness):
                 dropped += 1
                 continue
             adv = advantages[f"{g.group_id}/{s.sample_id}"]
             n = len(s.token_ids)
-            token_lag = [float(max(0, version - v)) if m else 0.0 for v, m in zip(s.versions, s.loss_mask, strict=True)]
             seqs.append(
                 TrainSeq(
                     tokens=list(s.token_ids),
                     mask=list(s.loss_mask),
                     index=len(seqs),
-                    fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "lag": token_lag},
+                    fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "lag": token_staleness(s, version)},
                 )
             )
     return seqs, dropped

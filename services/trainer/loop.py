@@ -44,10 +44,9 @@ from services.trainer.step import StepInput, train_step
 from services.trainer.step_record import Rollouts, step_record
 from services.trainer.step_result import StepResult
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample
-from shared.admission import consumed_groups
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
-from shared.stream import Entry, StreamQueue
+from shared.stream import Entry, StreamQueue, served_count
 
 log = get_logger(__name__)
 
@@ -310,7 +309,7 @@ class Trainer:
         The backlog a restart retrains is delivered but not yet taken: counting it would let the rollout start
         groups at the resumed version that the retraining steps then leave more than ``max_staleness`` behind.
         """
-        delivered = consumed_groups(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
+        delivered = served_count(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
         return max(0, delivered - len(self.reader.backlog))
 
     def _checkpoint(self) -> None:

@@ -3,8 +3,9 @@
 ``Patience.call`` retries a call that failed for want of its dependency, with exponential backoff, until it
 succeeds or ``give_up_s`` has passed since the first failure: one warning when the outage starts, one line
 when the dependency is back, and ``DependencyDown`` when it never comes back (the only way an outage ends a
-long-running service). A set ``stop`` event (SIGTERM) cuts any wait to ``stop_grace_s``: a service that was
-told to stop must not hang on a dependency that is gone.
+long-running service). Which failures are outages is ``shared.transient``'s rule (``is_outage``). A set
+``stop`` event (SIGTERM) cuts any wait to ``stop_grace_s``: a service that was told to stop must not hang on a
+dependency that is gone.
 
 ``Patient`` wraps a client (a redis client, ``SyncInferenceClient``) so that every method call waits out
 outages. Only for calls that are safe to send twice: a reply lost to a dropped connection may belong to a
@@ -20,22 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
-import redis
-
-from shared.inference_client import InferenceError
 from shared.log import get_logger
+from shared.transient import classify
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
-
-# redis: refused or dropped connections, unresolvable hosts and timeouts (BusyLoadingError, a Redis still
-# loading its data after a restart, is a ConnectionError). httpx: the server is not there or not answering.
-OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, httpx.TransportError)
-# A server that answers but is not serving (restarting behind a proxy, overloaded). 500 is not among them:
-# a failing request (e.g. weights that do not load) fails again however long we wait.
-OUTAGE_STATUS = {429, 502, 503, 504}
 
 
 class DependencyDown(RuntimeError):
@@ -43,10 +34,10 @@ class DependencyDown(RuntimeError):
 
 
 def is_outage(exc: BaseException) -> bool:
-    """True when ``exc`` says the dependency is unreachable, not that the request itself was wrong."""
-    if isinstance(exc, InferenceError):
-        return exc.status_code in OUTAGE_STATUS
-    return isinstance(exc, OUTAGE_ERRORS)
+    """True when ``exc`` says the dependency is unreachable or not serving, not that the request itself was
+    wrong: a transient failure (``shared.transient``). A 500 is not one: weights that do not load fail again
+    however long we wait."""
+    return classify(exc).transient
 
 
 @dataclass

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from shared.admission import encode_mark
+from shared.admission import AdmissionMarks
 from shared.contract import DEFAULT_CONTRACT
 from shared.inference_client import InferenceError, SyncInferenceClient
 from shared.log import get_logger
-from shared.protocol import AdmissionMark, WeightUpdate
+from shared.protocol import WeightUpdate
 from shared.stream import encode
 
 log = get_logger(__name__)
@@ -99,7 +99,7 @@ class Publisher:
         self.redis = redis
         self.version_key = version_key
         self.reserved_key = f"{version_key}:reserved"
-        self.admission_key = admission_key
+        self.marks = AdmissionMarks(redis, admission_key) if redis is not None else None
         self.keep = keep
         self.served_model = served_model
         self.weights_stream = weights_stream
@@ -124,8 +124,8 @@ class Publisher:
 
     def mark(self, version: int, consumed: int) -> None:
         """Tell the rollout how many groups the trainer has taken (a step that published nothing)."""
-        if self.redis is not None:
-            self.redis.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
+        if self.marks is not None:
+            self.marks.write(version, consumed)
 
     def publish(
         self, version: int, step: int, announce: bool = True, consumed: int | None = None
@@ -164,7 +164,7 @@ class Publisher:
                 pipe.set(self.version_key, version)
                 pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
                 if consumed is not None:
-                    pipe.set(self.admission_key, encode_mark(AdmissionMark(version=version, consumed=consumed)))
+                    self.marks.write(version, consumed, pipe=pipe)
                 pipe.execute()
             elif consumed is not None:
                 self.mark(version, consumed)

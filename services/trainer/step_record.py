@@ -16,6 +16,7 @@ from services.trainer.checkpoint import TrainState
 from services.trainer.rl.red import REDWeights
 from services.trainer.step_result import StepResult
 from shared.protocol import TrajectoryGroup, WeightUpdate
+from shared.staleness import staleness
 from shared.stream import QueueStats
 
 
@@ -107,7 +108,7 @@ def _rollout_fields(rollouts: Rollouts, state: TrainState) -> dict[str, float]:
         "dropped_stale": state.dropped_stale,  # the run's total so far
         "dropped_stale_step": rollouts.dropped_stale,
         "skipped_zero_advantage": rollouts.skipped_zero_advantage,
-        "staleness_max": max(max(0, state.version - g.policy_version) for g in rollouts.groups),
+        "staleness_max": max(staleness(g.policy_version, state.version) for g in rollouts.groups),
         "queue_lag": rollouts.queue.lag,
         "queue_pending": rollouts.queue.pending,
     }

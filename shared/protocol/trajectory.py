@@ -2,6 +2,9 @@
 
 Token-in/token-out: each sample carries the exact token ids the policy saw and produced, with per-token
 loss mask, sampler logprob and policy version, so the trainer never re-tokenises text.
+
+Wire versions of ``TrajectoryGroup`` (``wire_version``): 1 had no such field and named the agent ``recipe``;
+2 names it ``agent``. A reader takes both (``recipe`` is read as ``agent``) and writes 2.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 # Which agent role produced a sample. ``policy`` is the flat single-role agent (search-r1, tool-agent).
 Role = Literal["policy", "planner", "executor", "thinker"]
+# The layout TrajectoryGroup writes; see the module docstring for what each version changed.
+WIRE_VERSION = 2
 
 
 class Sample(BaseModel):
@@ -65,7 +70,10 @@ class TrajectoryGroup(BaseModel):
 
     group_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Globally unique group id")
     prompt_id: str = Field(description="Dataset id of the prompt")
-    recipe: str = Field(description="Recipe that produced it (search-r1, coda, …)")
+    agent: str = Field(
+        validation_alias=AliasChoices("agent", "recipe"),  # ``recipe``: wire version 1's name
+        description="Agent protocol that produced it (search-r1, coda, …: [rollout] agent)",
+    )
     data_source: str = Field("", description="Dataset / split the prompt came from")
     question: str = Field("", description="The question or task text")
     golden_answers: list[str] = Field(default_factory=list, description="Reference answers")
@@ -74,6 +82,12 @@ class TrajectoryGroup(BaseModel):
     created_at: float = Field(description="Unix time the group was published")
     timing: dict[str, float] = Field(default_factory=dict, description="Seconds spent per phase")
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    wire_version: int = Field(
+        WIRE_VERSION,
+        ge=1,
+        le=WIRE_VERSION,
+        description="Layout of the message; one from a newer writer is refused, not misread",
+    )
 
     @model_validator(mode="after")
     def _unique_samples(self) -> TrajectoryGroup:

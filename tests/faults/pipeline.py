@@ -27,7 +27,6 @@ import httpx
 import redis
 
 from services.rollout.config import RolloutSettings
-from services.rollout.outage import outage_dependency
 from services.stack.config import StackSettings
 from services.stack.report import read_log
 from services.stack.supervisor import Service, Supervisor
@@ -247,7 +246,7 @@ class Pipeline:
     def assert_rollout_lost_nothing(self, fault: str, before: Baseline | None = None) -> None:
         rollout = self.status("rollout")
         assert rollout["dropped"] == 0, f"after {fault}: the rollout dropped prompts: {rollout}"
-        blamed = {c: n for c, n in rollout["failures_by_cause"].items() if outage_dependency(c) is None}
+        blamed = rollout["blamed_failures_by_cause"]
         assert not blamed, (
             f"after {fault}: failures counted against prompts (not outages): {blamed}; rollout /status {rollout}"
         )

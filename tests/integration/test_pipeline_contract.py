@@ -14,9 +14,9 @@ import pytest
 
 from services.rollout.app import build_app
 from services.rollout.config import RolloutSettings
-from services.rollout.serving import ThreadedServer
 from shared.contract import CONTRACT_KEY, ContractMismatch, PipelineContract, announce, clear
 from shared.redis_server import free_port
+from testing.serving import ThreadedServer
 
 REPO = Path(__file__).resolve().parents[2]
 

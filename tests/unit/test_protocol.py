@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 from pydantic import ValidationError
 
 import shared.protocol as protocol
 from shared.protocol import Sample, TrajectoryGroup, WeightUpdate
+from shared.protocol.trajectory import WIRE_VERSION
 from shared.stream import decode, encode
 from tests.factories import make_group, make_sample, make_weight_update
 
@@ -99,6 +101,36 @@ def test_group_rejects_duplicate_and_dangling_ids():
     doc = make_group().model_dump()
     doc["samples"][1]["parent_id"] = "nobody"
     with pytest.raises(ValidationError, match="not in the group"):
+        TrajectoryGroup.model_validate(doc)
+
+
+def version_1(group: TrajectoryGroup) -> dict:
+    """``group`` as a wire-version-1 writer sent it: the agent under ``recipe``, no ``wire_version``."""
+    doc = group.model_dump(mode="json")
+    doc["recipe"] = doc.pop("agent")
+    del doc["wire_version"]
+    return doc
+
+
+def test_group_writes_the_agent_under_its_new_name():
+    doc = make_group().model_dump(mode="json")
+    assert doc["agent"] == "search-r1" and "recipe" not in doc
+    assert doc["wire_version"] == WIRE_VERSION == 2
+
+
+def test_a_version_1_group_still_parses_and_is_written_back_as_the_current_version():
+    group = make_group()
+    old = version_1(group)
+    on_stream = {b"type": b"TrajectoryGroup", b"data": msgpack.packb(old, use_bin_type=True)}
+    for parsed in (TrajectoryGroup.model_validate(old), decode(TrajectoryGroup, on_stream)):
+        assert parsed == group and parsed.agent == "search-r1"
+        again = TrajectoryGroup.model_validate_json(parsed.model_dump_json())
+        assert again == group and "recipe" not in again.model_dump()
+
+
+def test_a_group_from_a_newer_writer_is_refused():
+    doc = make_group().model_dump(mode="json") | {"wire_version": WIRE_VERSION + 1}
+    with pytest.raises(ValidationError, match="wire_version"):
         TrajectoryGroup.model_validate(doc)
 
 

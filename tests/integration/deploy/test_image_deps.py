@@ -82,10 +82,13 @@ def _imports(path) -> set[str]:
 
 
 PROJECT_PACKAGES = ("services", "shared", "recipes")
-# What reaches recipes.RECIPES, which imports every recipe module on first use.
+# What reaches recipes.AGENTS, which imports every agent module on first use.
 RECIPE_REGISTRY = {
     f"recipes.{n}"
-    for n in ("RECIPES", "get_recipe", "run_episode", "Recipe", "Scoring", "load_reward", "episode_reward")
+    for n in (
+        *("AGENTS", "RECIPES", "get_agent", "get_recipe", "run_episode", "AgentParams", "Recipe", "Scoring"),
+        *("load_reward", "episode_reward"),
+    )
 }  # copied into every image (the Dockerfiles' COPY lines)
 
 

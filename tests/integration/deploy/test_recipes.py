@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from recipes import RECIPES as AGENT_RECIPES
+from recipes import AGENTS as KNOWN_AGENTS
 from tests.integration.deploy.project import ROOT, SERVICES, settings_class
 
 RECIPES = sorted((ROOT / "configs").glob("*.toml"))
@@ -27,7 +27,7 @@ REQUIRED = {
 # The agent each named recipe runs: configs/<agent>.toml for every agent (tiny-cpu: whatever the embedded
 # default chooses).
 AGENTS = {
-    **{name: name for name in AGENT_RECIPES},
+    **{name: name for name in KNOWN_AGENTS},
     **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")},
 }
 
@@ -51,11 +51,11 @@ def test_every_recipe_of_the_issue_is_shipped():
     assert {p.stem for p in RECIPES} >= REQUIRED, f"missing: {sorted(REQUIRED - {p.stem for p in RECIPES})}"
 
 
-@pytest.mark.parametrize("agent", sorted(AGENT_RECIPES))
+@pytest.mark.parametrize("agent", sorted(KNOWN_AGENTS))
 def test_every_agent_has_its_recipe_toml(agent, monkeypatch):
-    """recipes.RECIPES is what the e2e smoke trains: each agent through configs/<agent>.toml."""
+    """recipes.AGENTS is what the e2e smoke trains: each agent through configs/<agent>.toml."""
     path = ROOT / "configs" / f"{agent}.toml"
-    assert path.is_file(), f"recipes.RECIPES has {agent!r} but configs/{agent}.toml is missing"
+    assert path.is_file(), f"recipes.AGENTS has {agent!r} but configs/{agent}.toml is missing"
     assert _load_all(path, monkeypatch)["rollout"].agent == agent
 
 

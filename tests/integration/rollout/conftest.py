@@ -6,8 +6,8 @@ import pytest
 
 from recipes.core.tokenizer import CharTokenizer
 from services.rollout.config import RolloutSettings
-from services.rollout.serving import ThreadedServer
 from testing.fake_llm import FakeLLM, protocol_script
+from testing.serving import ThreadedServer
 from tests.integration.rollout.servers import lookup_retriever
 
 

@@ -2,18 +2,24 @@
 
 ``lookup_retriever()`` builds a real retriever index (BM25 + MiniLM FAISS) over the bundled lookup corpus
 and serves it; ``tiny_model()`` makes a tiny random Qwen2 with the inference helper's factory. Both are
-cached at module level so the rollout and searcher test folders share them.
+cached at module level so the rollout and searcher test folders share them. ``completions_stub`` serves a
+scripted ``/v1/completions`` handler for a test's own event loop.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import shutil
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from services.rollout.serving import ThreadedServer
+from aiohttp import web
+
+from shared.redis_server import free_port
+from testing.serving import ThreadedServer
 
 REPO = Path(__file__).resolve().parents[3]
 LOOKUP_CORPUS = REPO / "data" / "lookup" / "corpus.jsonl"
@@ -62,3 +68,18 @@ def inference_server() -> str:
     url = server.start(timeout_s=120)
     atexit.register(server.stop)
     return url
+
+
+@contextlib.asynccontextmanager
+async def completions_stub(handler: Callable[[web.Request], Awaitable[web.Response]]) -> AsyncIterator[str]:
+    """An aiohttp server on this event loop answering ``POST /v1/completions`` with ``handler``; yields its URL."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

@@ -7,9 +7,9 @@ import random
 
 from recipes.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
-from shared.admission import consumed_groups, read_mark
-from shared.protocol import AdmissionMark, TrajectoryGroup
-from shared.stream import StreamQueue
+from shared.admission import AdmissionMarks
+from shared.protocol import TrajectoryGroup
+from shared.stream import StreamQueue, served_count
 from tests.integration.trainer.harness import random_group
 
 
@@ -24,17 +24,17 @@ def _publish(queue, counter_client, n: int, start: int, admitted: bool = True) -
 def test_consumed_counts_what_the_trainer_was_served(redis_client):
     producer = StreamQueue(redis_client, "trajectories", TrajectoryGroup)
     trainer = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="t")
-    assert consumed_groups(redis_client, "trajectories", "trainer", "rollout:published") == 0  # nothing yet
+    assert served_count(redis_client, "trajectories", "trainer", "rollout:published") == 0  # nothing yet
     _publish(producer, redis_client, 5, 0)
-    assert consumed_groups(redis_client, "trajectories", "trainer", "rollout:published") == 0  # no group yet
+    assert served_count(redis_client, "trajectories", "trainer", "rollout:published") == 0  # no group yet
     trainer.ensure_group()
     assert len(trainer.read(count=3)) == 3
     # Served but not acked (pending) counts as taken: it is in the trainer's hands.
-    assert consumed_groups(redis_client, "trajectories", "trainer", "rollout:published") == 3
+    assert served_count(redis_client, "trajectories", "trainer", "rollout:published") == 3
     _publish(producer, redis_client, 2, 10, admitted=False)  # foreign groups, not in the counter
-    assert consumed_groups(redis_client, "trajectories", "trainer", "rollout:published") == 1
+    assert served_count(redis_client, "trajectories", "trainer", "rollout:published") == 1
     assert len(trainer.read(count=10)) == 4  # the trainer takes everything
-    assert consumed_groups(redis_client, "trajectories", "trainer", "rollout:published") == 5
+    assert served_count(redis_client, "trajectories", "trainer", "rollout:published") == 5
 
 
 async def test_follower_passes_the_mark_on_only_at_its_version(redis_client):
@@ -45,18 +45,19 @@ async def test_follower_passes_the_mark_on_only_at_its_version(redis_client):
         seen.append(n)
 
     redis_client.set("policy:version", 2)
-    redis_client.set("policy:admission", AdmissionMark(version=3, consumed=12).model_dump_json())
+    marks = AdmissionMarks(redis_client)  # the trainer's side
+    marks.write(version=3, consumed=12)
     follower = WeightFollower(redis_client, state, on_consumed=on_consumed)
     await follower.start()
     assert state.version == 2 and seen == []  # the mark belongs to weights this process does not use yet
     redis_client.set("policy:version", 3)
     await WeightFollower(redis_client, state, on_consumed=on_consumed).start()
     assert seen == [12]
-    redis_client.set("policy:admission", AdmissionMark(version=3, consumed=14).model_dump_json())
+    marks.write(version=3, consumed=14)
     task = asyncio.create_task(follower.run(block_ms=50))
     try:
         await asyncio.sleep(0.3)
         assert seen[-1] == 14  # an empty step's mark: same version, more groups taken
     finally:
         task.cancel()
-    assert read_mark(redis_client).consumed == 14
+    assert marks.read().consumed == 14

@@ -7,9 +7,9 @@ import httpx
 
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer
 from recipes.prompts import search_agent_messages
-from services.rollout.serving import ThreadedServer
 from shared.inference_client import completion_body, parse_completion
 from testing.fake_llm import FakeLLM, protocol_script
+from testing.serving import ThreadedServer
 from tests.integration.rollout.servers import inference_server, tiny_model
 
 

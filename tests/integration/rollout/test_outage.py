@@ -18,10 +18,10 @@ from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
-from services.rollout.serving import ThreadedServer
 from shared.protocol import TrajectoryGroup
 from shared.redis_server import free_port
 from shared.stream import StreamQueue
+from testing.serving import ThreadedServer
 
 TOK = CharTokenizer()
 

@@ -22,11 +22,11 @@ from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
-from services.rollout.serving import ThreadedServer
 from services.searcher.app import build_app as build_searcher
 from services.searcher.config import SearcherSettings
 from shared.protocol import TrajectoryGroup
 from shared.stream import StreamQueue
+from testing.serving import ThreadedServer
 from tests.integration.rollout.servers import inference_server, tiny_model
 
 ROLES = {
@@ -100,7 +100,7 @@ async def test_recipe_with_real_services(agent, tok, retriever_url, searcher_url
     assert len(groups) == 2 and len({g.group_id for g in groups}) == 2
     questions = {r.prompt_id: r.question for r in records}
     for group in groups:
-        assert group.recipe == agent and group.policy_version == 0
+        assert group.agent == agent and group.policy_version == 0
         mains = [s for s in group.samples if s.parent_id is None]
         assert len(mains) == 2 and {s.role for s in group.samples} <= ROLES[agent]
         for s in mains:

@@ -11,8 +11,8 @@ from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from shared.inference_wire import completion_body
 from shared.protocol.inference import CompletionRequest
-from shared.redis_server import free_port
 from testing.fake_llm import FakeLLM, protocol_script
+from tests.integration.rollout.servers import completions_stub
 
 
 def test_the_request_body_carries_top_k_and_it_is_a_field_of_the_wire_type():
@@ -31,18 +31,10 @@ async def _bodies_sent(settings: RolloutSettings, *, greedy: bool) -> list[dict]
         seen.append(body)
         return web.json_response(fake.complete(CompletionRequest.model_validate(body)).model_dump())
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        url = {"inference_url": f"http://127.0.0.1:{port}"}
-        async with agent_context(settings.model_copy(update=url), greedy=greedy, tok=CharTokenizer()) as ctx:
+    async with completions_stub(completions) as url:
+        update = {"inference_url": url}
+        async with agent_context(settings.model_copy(update=update), greedy=greedy, tok=CharTokenizer()) as ctx:
             await ctx.policy.generate([1, 2, 3], stop=[], max_tokens=4)
-    finally:
-        await runner.cleanup()
     return seen
 
 

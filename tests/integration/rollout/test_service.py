@@ -20,10 +20,10 @@ from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
-from services.rollout.serving import ThreadedServer
 from shared.protocol import TrajectoryGroup, WeightUpdate
 from shared.redis_server import free_port
 from shared.stream import StreamQueue
+from testing.serving import ThreadedServer
 
 TOK = CharTokenizer()
 
@@ -108,23 +108,36 @@ async def run_producer(settings, redis_client, max_groups: int, publisher=None) 
         return producer
 
 
-async def test_llm_5xx_is_retried_then_the_group_fails_and_its_prompt_is_requeued(
+async def test_llm_500_is_not_retried_and_counts_against_the_prompt_which_is_requeued(
     fake_llm, make_settings, redis_client
 ):
-    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=2)
-    fake_llm.fail_next(2)  # both tries of the first call
+    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=3)
+    fake_llm.fail_next(1)  # a 500: this request failed (shared.transient), sending it again would not help
     producer = await run_producer(settings, redis_client, max_groups=2)
-    assert fake_llm.requests == 2 + len(fake_llm.calls)  # the failing call was tried exactly twice
+    assert fake_llm.requests == 1 + len(fake_llm.calls)  # the failing call was tried once
     assert producer.failures == {"inference_http_500": 1} and producer.stats.published == 1
+    assert producer.status()["blamed_failures_by_cause"] == {"inference_http_500": 1}
     (group,) = read_groups(redis_client)
     first = PromptQueue(load_prompts(settings.dataset), seed=0).next()
     assert group.prompt_id == first.prompt_id  # the failed prompt was retried first, and won
     assert not producer.prompts.attempts  # its failure was forgotten when the retry won
 
 
+async def test_llm_503_is_retried_then_the_group_fails_as_an_outage(fake_llm, make_settings, redis_client):
+    settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=2)
+    fake_llm.fail_next(2, status=503)  # both tries of the first call
+    producer = await run_producer(settings, redis_client, max_groups=2)
+    assert fake_llm.requests == 2 + len(fake_llm.calls)  # the failing call was tried exactly twice
+    assert producer.failures == {"inference_http_503": 1} and producer.stats.published == 1
+    assert producer.status()["blamed_failures_by_cause"] == {}  # the server's outage, not the prompt's fault
+    (group,) = read_groups(redis_client)
+    assert group.prompt_id == PromptQueue(load_prompts(settings.dataset), seed=0).next().prompt_id
+
+
 async def test_transient_5xx_is_absorbed_by_retries(fake_llm, make_settings, redis_client):
     settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=3)
-    fake_llm.fail_next(2)
+    fake_llm.fail_next(1, status=502)
+    fake_llm.fail_next(1, status=429)
     producer = await run_producer(settings, redis_client, max_groups=1)
     assert producer.stats.failed == 0 and producer.stats.published == 1
 

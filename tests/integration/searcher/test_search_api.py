@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer
-from services.rollout.serving import ThreadedServer
 from services.searcher.app import build_app
 from services.searcher.config import SearcherSettings
 from shared.protocol.search import SearchResponse
 from shared.redis_server import free_port
 from testing.fake_llm import FakeLLM, protocol_script
+from testing.serving import ThreadedServer
 from tests.integration.rollout.servers import inference_server, tiny_model
 
 

@@ -45,7 +45,7 @@ def random_group(rng: random.Random, index: int, version: int = 0) -> Trajectory
     return TrajectoryGroup(
         group_id=f"g{index:04d}",
         prompt_id=f"p{index}",
-        recipe="test",
+        agent="test",
         policy_version=version,
         samples=samples,
         created_at=time.time(),

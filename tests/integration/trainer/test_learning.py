@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from shared.admission import read_mark
+from shared.admission import AdmissionMarks
 from shared.inference_client import SyncInferenceClient
 from shared.protocol import Sample, TrajectoryGroup
 from shared.stream import StreamQueue
@@ -67,7 +67,7 @@ def _group(llm: SyncInferenceClient, prompt: list[int], target: int, round_: int
         )
     return TrajectoryGroup(
         prompt_id=f"p{round_}",
-        recipe="learning-sanity",
+        agent="learning-sanity",
         policy_version=out.weight_version,
         samples=samples,
         created_at=time.time(),
@@ -79,7 +79,7 @@ def _wait_taken(redis_client, published: int, proc, timeout: float) -> None:
     taught anything: groups of equal rewards are skipped and make no step) is then on the server."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        mark = read_mark(redis_client)
+        mark = AdmissionMarks(redis_client).read()
         if mark is not None and mark.consumed >= published:
             return
         assert proc.poll() is None, "trainer exited"

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shared.admission import read_mark
+from shared.admission import AdmissionMarks
 from shared.protocol import TrajectoryGroup, WeightUpdate
 from shared.stream import StreamQueue, decode
 from tests.integration.trainer import harness as h
@@ -69,7 +69,7 @@ def test_stale_backlog_drains_then_real_tokens_train(tmp_path, redis_client, red
     assert events == [7, 8]
     assert int(redis_client.get("policy:version")) == state["version"] == 8
     # The rollout was told that all 8 published groups were taken, at the version it now serves.
-    mark = read_mark(redis_client)
+    mark = AdmissionMarks(redis_client).read()
     assert (mark.version, mark.consumed) == (8, 8)
     # Everything taken was acked (the empty steps' groups with the next checkpoint).
     stats = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="x").stats()
@@ -116,9 +116,9 @@ def test_the_start_up_mark_leaves_out_the_backlog_a_restart_retrains(tmp_path, r
     assert h.start_trainer(args, log, CODA_TRAINER_FAULT="mid_step:1").wait(180) == -9
     # Restarted, and killed again in the first retraining step: the mark is the one written at start-up.
     assert h.start_trainer(args, log, CODA_TRAINER_FAULT="mid_step:1").wait(180) == -9
-    mark = read_mark(redis_client)
+    mark = AdmissionMarks(redis_client).read()
     assert (mark.version, mark.consumed) == (0, 0), log.read_text()[-3000:]
     # Run to the end: the backlog and the next step trained, every group taken.
     assert h.start_trainer(args, log).wait(180) == 0, log.read_text()[-3000:]
-    mark = read_mark(redis_client)
+    mark = AdmissionMarks(redis_client).read()
     assert (mark.version, mark.consumed) == (2, 2 * PER_STEP)

@@ -1,26 +1,10 @@
-"""Admission control: the capacity formula by hand, and the gate's waiting behaviour."""
+"""Admission control: the gate's waiting behaviour (the capacity formula: tests/unit/test_staleness.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from services.rollout.admission import Admission, admission_capacity
-
-
-@pytest.mark.parametrize(
-    ("s", "v", "g", "accepted", "running", "expected"),
-    [
-        (0, 0, 4, 0, 0, 4),  # on-policy, fresh: one step's worth
-        (0, 0, 4, 3, 1, 0),  # ... all taken
-        (1, 0, 4, 0, 0, 8),  # one version of slack doubles it
-        (1, 2, 4, 10, 1, 5),  # (1+2+1)*4 - 11
-        (2, 5, 3, 30, 0, -6),  # over-produced before a restart: negative means none
-    ],
-)
-def test_capacity_by_hand(s, v, g, accepted, running, expected):
-    assert admission_capacity(s, v, g, accepted, running) == expected
+from services.rollout.admission import Admission
 
 
 async def test_gate_blocks_until_version_bump():
@@ -53,19 +37,6 @@ async def test_stale_version_event_is_ignored():
     gate = Admission(max_staleness=0, groups_per_step=1, version=3)
     await gate.set_version(2)
     assert gate.version == 3
-
-
-@pytest.mark.parametrize(
-    ("s", "v", "g", "consumed", "accepted", "running", "expected"),
-    [
-        (1, 2, 4, 8, 10, 1, 5),  # consumed = v·g: the same as the version formula
-        (1, 5, 4, 8, 10, 1, 5),  # versions ran ahead of consumption (a restart): no extra groups released
-        (0, 3, 2, 7, 7, 0, 2),  # 7 taken (one foreign group among them): one step's worth more
-        (1, 0, 4, -2, 0, 0, 6),  # two foreign groups wait undelivered: the rollout waits for them
-    ],
-)
-def test_capacity_follows_groups_consumed(s, v, g, consumed, accepted, running, expected):
-    assert admission_capacity(s, v, g, accepted, running, consumed=consumed) == expected
 
 
 async def test_mark_opens_the_gate_without_a_version_bump():

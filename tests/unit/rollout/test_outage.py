@@ -4,30 +4,52 @@ from __future__ import annotations
 
 import time
 
+import aiohttp
+import httpx
+import redis
+
 from recipes.datasets import PromptRecord
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, outage_dependency
 from services.rollout.producer import PromptQueue
+from shared.inference_client import InferenceError
+from shared.transient import classify
+
+SERVICES = {"inference": "http://llm:8002", "retriever": "http://retriever:8000", "searcher": "http://searcher:8001"}
+
+
+def _status(url: str, status: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", url)
+    return httpx.HTTPStatusError("x", request=request, response=httpx.Response(status, request=request))
 
 
 def test_outages_name_their_dependency_and_the_prompts_own_failures_none():
-    assert outage_dependency("retriever_unreachable") == "retriever"
-    assert outage_dependency("retriever_timeout") == "retriever"
-    assert outage_dependency("inference_http_503") == "inference"
-    assert outage_dependency("inference_http_504") == "inference"
-    assert outage_dependency("inference_http_429") == "inference"
-    assert outage_dependency("searcher_http_502") == "searcher"
-    assert outage_dependency("redis_error") == "redis"
+    retrieve = httpx.Request("POST", "http://retriever:8000/retrieve")
+    outages = {
+        httpx.ConnectError("refused", request=retrieve): "retriever",
+        httpx.ReadTimeout("slow", request=retrieve): "retriever",
+        InferenceError(503, "loading"): "inference",
+        InferenceError(504, "gateway"): "inference",
+        InferenceError(429, "busy"): "inference",
+        aiohttp.ServerDisconnectedError(): "inference",
+        TimeoutError(): "inference",
+        _status("http://searcher:8001/search", 502): "searcher",
+        redis.ConnectionError("refused"): "redis",
+        redis.ResponseError("OOM command not allowed"): "redis",  # publishing fails alike for every prompt
+    }
+    for exc, dependency in outages.items():
+        assert outage_dependency(classify(exc, SERVICES)) == dependency, exc
     for own in (
-        "inference_http_404",
-        "retriever_http_400",
-        "inference_http_500",
-        "retriever_http_500",
-        "http_unreachable",
-        "ValueError",
-        "KeyError",
+        InferenceError(404, "no adapter"),
+        InferenceError(500, "this prompt crashed the server"),
+        _status("http://retriever:8000/retrieve", 400),
+        _status("http://retriever:8000/retrieve", 500),
+        httpx.ConnectError("refused", request=httpx.Request("GET", "http://elsewhere/x")),  # nothing to probe
+        httpx.UnsupportedProtocol("no scheme", request=retrieve),  # a wrong URL fails the same way every time
+        ValueError("reward bug"),
+        KeyError("x"),
     ):
-        assert outage_dependency(own) is None, own
+        assert outage_dependency(classify(own, SERVICES)) is None, own
 
 
 def sample(metrics: RolloutMetrics, name: str, labels: dict | None = None) -> float | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.batches import group_check, sample_lag, teaching, to_sequences
+from services.trainer.batches import group_check, teaching, to_sequences
 from services.trainer.rl.advantages import trajectory_advantages
+from shared.staleness import sample_staleness
 from tests.factories import make_group, make_sample
 
 
@@ -36,7 +37,7 @@ def test_sample_without_trained_tokens_is_skipped():
     adv, _ = trajectory_advantages([g])
     seqs, _ = to_sequences([g], adv, version=2, max_staleness=0, policy="drop")
     assert [len(s.tokens) for s in seqs] == [7]
-    assert sample_lag(g.samples[0], 9) == 0
+    assert sample_staleness(g.samples[0], 9) == 0
 
 
 def test_group_check_refuses_what_the_model_cannot_train_on():

@@ -81,7 +81,7 @@ def _groups() -> list[TrajectoryGroup]:
         ]
         out.append(
             TrajectoryGroup(
-                group_id=f"g{i}", prompt_id=f"p{i}", recipe="t", policy_version=version, samples=samples, created_at=0
+                group_id=f"g{i}", prompt_id=f"p{i}", agent="t", policy_version=version, samples=samples, created_at=0
             )
         )
     return out

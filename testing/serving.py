@@ -1,4 +1,4 @@
-"""Run an ASGI app with uvicorn in a background thread on 127.0.0.1 (tests, benchmarks, the fake LLM CLI)."""
+"""Run an ASGI app with uvicorn in a background thread on 127.0.0.1 (tests and benchmarks)."""
 
 from __future__ import annotations
 
