@@ -39,7 +39,7 @@ os.chdir(ROOT)
 
 import psutil  # noqa: E402
 
-from recipes import get_recipe  # noqa: E402
+from recipes import get_agent  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
 from services.stack.prepare import Layout  # noqa: E402
 from services.stack.processes import threads_for  # noqa: E402
@@ -84,7 +84,7 @@ class Bench:
         recipe = recipe_of(dataset, method)
         settings = StackSettings.load(recipe)
         agent = read_recipe(recipe)["rollout"]["agent"]
-        layout = Layout.for_run(run, settings, get_recipe(agent).demonstrations or "search")
+        layout = Layout.for_run(run, settings, get_agent(agent).demonstrations or "search")
         layout = dataclasses.replace(layout, evals=run / "eval")  # model, index, demonstrations: cached, shared
         run.mkdir(parents=True, exist_ok=True)
         return LocalStack(recipe, settings, run=run, layout=layout, say=say)

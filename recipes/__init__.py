@@ -1,11 +1,11 @@
 """The agents: each agent protocol with its episode driver, reward, services, metric and own knobs, one module each.
 
 Words: an *agent* is a protocol defined here (search-r1, coda, …), chosen by ``[rollout] agent``; a *recipe* is
-an experiment's TOML file (``configs/*.toml``) that names one. The package and the ``Recipe`` class keep their
-older names for now.
+an experiment's TOML file (``configs/*.toml``) that names one. The package keeps its older name ``recipes``:
+recipes name reward functions by module path (``recipes.rewards...:fn``), so renaming it would break them.
 
-``AGENTS`` maps an agent's name to its ``Recipe`` entry (``RECIPES`` is the old name of the same mapping). It is
-collected from this package's modules: a module that defines ``AGENTS = (Recipe(...), ...)`` is an agent module,
+``AGENTS`` maps an agent's name to its ``Agent`` entry (``RECIPES`` is the old name of the same mapping). It is
+collected from this package's modules: a module that defines ``AGENTS = (Agent(...), ...)`` is an agent module,
 so adding an agent touches that module (and a recipe in ``configs/`` that uses it) and nothing else. Its knobs, if
 any, are an ``AgentParams`` model in the same module, added to ``RolloutSettings``'s bases.
 """
@@ -18,19 +18,19 @@ import pkgutil
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from recipes.base import AgentParams, Recipe
+    from recipes.base import Agent, AgentParams
     from recipes.core.context import AgentContext, Episode
     from recipes.datasets import PromptRecord
 
 # From recipes.base, imported on first use.
-_BASE = ("AgentParams", "Recipe", "Scoring", "episode_reward", "load_reward")
+_BASE = ("AgentParams", "Agent", "Scoring", "episode_reward", "load_reward")
 
 
 @functools.cache
-def _collect() -> dict[str, Recipe]:
+def _collect() -> dict[str, Agent]:
     # On first use, not at import: ``recipes.answers`` alone (the retriever's eval imports it) must not pull in
     # every agent.
-    found: dict[str, Recipe] = {}
+    found: dict[str, Agent] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.ispkg or info.name == "base":
             continue
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def get_agent(name: str) -> Recipe:
+def get_agent(name: str) -> Agent:
     """The agent named ``name``; a ``ValueError`` naming the known ones otherwise."""
     try:
         return _collect()[name]
@@ -57,7 +57,7 @@ def get_agent(name: str) -> Recipe:
         raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(_collect()))}") from None
 
 
-get_recipe = get_agent  # the old name
+get_recipe = get_agent  # the old name, for user code written against it
 
 
 async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Episode:
@@ -67,8 +67,8 @@ async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Ep
 __all__ = [
     "AGENTS",
     "RECIPES",
+    "Agent",
     "AgentParams",
-    "Recipe",
     "Scoring",
     "episode_reward",
     "get_agent",

@@ -1,7 +1,7 @@
-"""What an agent is (``Recipe``, its registry entry), its own knobs (``AgentParams``), what its reward is given
+"""What an agent is (``Agent``, its registry entry), its own knobs (``AgentParams``), what its reward is given
 (``Scoring``) and how rewards are named and loaded.
 
-A ``Recipe`` entry binds an agent protocol to everything that varies with it: the episode driver, the reward, the
+An ``Agent`` entry binds an agent protocol to everything that varies with it: the episode driver, the reward, the
 services its episodes reach, the roles it trains and its default answer metric. The rollout, its eval and
 ``make train`` ask the entry instead of branching on the agent's name. (The class keeps its old name for now;
 "recipe" elsewhere means the experiment's TOML file, ``configs/*.toml``.)
@@ -76,7 +76,7 @@ def episode_reward(fn: Callable[..., RewardResult]) -> Callable[..., RewardResul
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Agent:
     name: str  # the agent protocol's name: ``[rollout] agent``
     run: AgentFn  # the episode driver
     reward: str  # default reward, ``module:function`` (``[rollout] reward`` replaces it)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from recipes.base import AgentParams, Recipe, Scoring, episode_reward
+from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -136,6 +136,6 @@ _CODA = dict(
     demonstrations="coda",
 )
 AGENTS = (
-    Recipe("coda", **_CODA, description="a planner delegates sub-questions to executors that search"),
-    Recipe("red-coda", **_CODA, description="CoDA with RED-weighted SFT co-training (the trainer's side)"),
+    Agent("coda", **_CODA, description="a planner delegates sub-questions to executors that search"),
+    Agent("red-coda", **_CODA, description="CoDA with RED-weighted SFT co-training (the trainer's side)"),
 )

@@ -10,7 +10,7 @@ benchmark runs it untrained.
 from __future__ import annotations
 
 from recipes.answers import extract_answer
-from recipes.base import Recipe
+from recipes.base import Agent
 from recipes.core.context import AgentContext, Episode, SearchTrace
 from recipes.datasets import PromptRecord
 from recipes.prompts import rag_messages
@@ -27,7 +27,7 @@ async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
 
 
 AGENTS = (
-    Recipe(
+    Agent(
         "naive-rag",
         run_naive_rag,
         reward="recipes.single_turn:reward",  # the answer metric alone: there is no protocol to score

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from recipes.answers import numeric_match, parse_number
-from recipes.base import AgentParams, Recipe, Scoring, episode_reward
+from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import Generator
 from recipes.core.trajectory import TokenTrajectory
@@ -122,7 +122,7 @@ def numeric(record: PromptRecord, answer: str | None) -> dict[str, float]:
 
 
 AGENTS = (
-    Recipe(
+    Agent(
         "recursive-reasoner",
         run_recursive_reasoner,
         reward="recipes.recursive_reasoner:reward",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from recipes.base import AgentParams, Recipe, Scoring, episode_reward
+from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -109,7 +109,7 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
 
 
 AGENTS = (
-    Recipe(
+    Agent(
         "search-r1",
         run_search_r1,
         reward="recipes.search_r1:reward",
@@ -118,7 +118,7 @@ AGENTS = (
         demonstrations="search",
         description="one policy: think, search the retriever, answer (Search-R1)",
     ),
-    Recipe(
+    Agent(
         "thinker-searcher",
         run_thinker,
         reward="recipes.search_r1:reward",

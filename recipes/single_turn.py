@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from recipes.base import AgentParams, Recipe, Scoring, episode_reward
+from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import whole_tokens
 from recipes.core.trajectory import TokenTrajectory
@@ -55,7 +55,7 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
 
 
 AGENTS = (
-    Recipe(
+    Agent(
         "single-turn",
         run_single_turn,
         reward="recipes.single_turn:reward",

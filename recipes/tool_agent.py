@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from recipes.base import AgentParams, Recipe, Scoring, episode_reward
+from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -146,7 +146,7 @@ def combine_group(settings: Any, rewards: list[RewardResult]) -> list[RewardResu
 
 
 AGENTS = (
-    Recipe(
+    Agent(
         "tool-agent",
         run_tool_agent,
         reward="recipes.tool_agent:reward",

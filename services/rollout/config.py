@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from recipes import AGENTS, Recipe, get_agent, load_reward
+from recipes import AGENTS, Agent, get_agent, load_reward
 from recipes.coda import CoDAParams
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord, load_prompts, select_split
@@ -183,13 +183,13 @@ class RolloutSettings(
         return value
 
     @property
-    def recipe(self) -> Recipe:
+    def agent_spec(self) -> Agent:
         """The agent's registry entry (``recipes.AGENTS[agent]``), not the recipe TOML."""
         return get_agent(self.agent)
 
     @property
     def reward_spec(self) -> str:
-        return self.reward or self.recipe.reward
+        return self.reward or self.agent_spec.reward
 
     def records(self) -> list[PromptRecord]:
         """The prompts of ``split`` of ``dataset``: what ``serve`` trains on, what ``eval`` asks (and what
@@ -214,4 +214,4 @@ class RolloutSettings(
 
     @property
     def metric(self) -> str:
-        return self.answer_metric or self.recipe.metric
+        return self.answer_metric or self.agent_spec.metric

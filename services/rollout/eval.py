@@ -42,13 +42,13 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
         model = ctx.policy.state.model_name
 
         def searched(record: PromptRecord, episode: Episode | None) -> dict[str, float]:
-            return search_metrics(record, episode) if settings.recipe.reaches_retriever else {}
+            return search_metrics(record, episode) if settings.agent_spec.reaches_retriever else {}
 
         async def one(record: PromptRecord) -> None:
             async with limit:
                 episode = None
                 try:
-                    episode = await settings.recipe.run(ctx, record)
+                    episode = await settings.agent_spec.run(ctx, record)
                     reward, error = score_episode(settings, record, episode, embed).reward, None
                 except Exception as exc:  # one failed prompt is a scored miss, not the end of the eval
                     reward, error = 0.0, repr(exc)[:300]

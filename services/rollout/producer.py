@@ -152,7 +152,7 @@ class Producer:
 
     async def _episode(self, record: PromptRecord) -> tuple[Episode, float]:
         start = time.perf_counter()
-        episode = await self.s.recipe.run(self.ctx, record)
+        episode = await self.s.agent_spec.run(self.ctx, record)
         return episode, time.perf_counter() - start
 
     async def _answers(self, dependency: str) -> bool:

@@ -40,7 +40,7 @@ async def agent_context(
             retry=policy_retry,
             limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
         )
-    needs = settings.recipe.needs
+    needs = settings.agent_spec.needs
     retriever = (
         AsyncRetrieverClient(
             settings.retriever_url, timeout_s=settings.http_timeout_s, policy=policy_retry, max_connections=256

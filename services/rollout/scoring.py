@@ -30,7 +30,7 @@ def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Epis
 
 def combine_group(settings: RolloutSettings, rewards: list[RewardResult]) -> list[RewardResult]:
     """The recipe's group-level re-combination of its rewards' components, if it has one (tool agent)."""
-    combine = settings.recipe.combine
+    combine = settings.agent_spec.combine
     return combine(settings, rewards) if combine is not None and settings.reward is None else rewards
 
 

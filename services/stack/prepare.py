@@ -196,7 +196,7 @@ def index_args(layout: Layout) -> list[str]:
 
 
 def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt: str = "search") -> list[str]:
-    """make-sft's arguments; ``fmt``: the recipe's demonstration format (``Recipe.demonstrations``)."""
+    """make-sft's arguments; ``fmt``: the agent's demonstration format (``Agent.demonstrations``)."""
     return (
         [
             "services.trainer",

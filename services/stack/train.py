@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from recipes import get_recipe
+from recipes import get_agent
 from services.rollout.config import RolloutSettings
 from services.stack import prepare as steps
 from services.stack import runs
@@ -62,9 +62,9 @@ class LocalStack(StackProcesses):
         self.recipe = str(Path(recipe).resolve())
         self.settings = settings
         self.agent = RolloutSettings.load(recipe).agent  # as the rollout will read it: CODA_ROLLOUT_AGENT wins
-        self.needs = get_recipe(self.agent).needs
-        self.retrieves = get_recipe(self.agent).reaches_retriever
-        self.demonstrations = get_recipe(self.agent).demonstrations  # make-sft's format; None: none
+        self.needs = get_agent(self.agent).needs
+        self.retrieves = get_agent(self.agent).reaches_retriever
+        self.demonstrations = get_agent(self.agent).demonstrations  # make-sft's format; None: none
         trainer = TrainerSettings.load(recipe)
         self.max_steps = trainer.max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
         # A LoRA run never changes the served base weights, so the step-0 eval (of the base model) can run beside

@@ -86,7 +86,7 @@ PROJECT_PACKAGES = ("services", "shared", "recipes")
 RECIPE_REGISTRY = {
     f"recipes.{n}"
     for n in (
-        *("AGENTS", "RECIPES", "get_agent", "get_recipe", "run_episode", "AgentParams", "Recipe", "Scoring"),
+        *("AGENTS", "RECIPES", "get_agent", "get_recipe", "run_episode", "AgentParams", "Agent", "Scoring"),
         *("load_reward", "episode_reward"),
     )
 }  # copied into every image (the Dockerfiles' COPY lines)

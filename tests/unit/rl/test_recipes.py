@@ -1,4 +1,4 @@
-"""Recipe rewards, each checked against a hand-computed total."""
+"""Agent rewards, each checked against a hand-computed total."""
 
 import numpy as np
 import pytest
