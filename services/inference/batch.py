@@ -148,7 +148,8 @@ class RunningBatch:
             if seq.finish is not None:  # a sibling's failure ended its request
                 continue
             try:
-                outputs[-1] = self.runner.decode(self.kv.row(row), [seq.out_ids[-1]], [seq.adapter])[0]
+                # merge=False: rows of different adapters one after another would merge and unmerge each time
+                outputs[-1] = self.runner.decode(self.kv.row(row), [seq.out_ids[-1]], [seq.adapter], merge=False)[0]
             except Exception as exc:
                 log.exception("decode failed; failing its request")
                 self._fail(seq, exc)

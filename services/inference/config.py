@@ -34,6 +34,17 @@ class InferenceSettings(ServiceSettings):
     )
     max_loras: int = Field(4, ge=1, description="LoRA adapters resident at once (load beyond this → 400)")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
+    merge_adapter: bool = Field(
+        True,
+        description="While every row of a decode step names the same LoRA adapter (RL: the newest policy-vN), "
+        "fold it into the base weights (W += scale·B·A) so the step costs what the base model costs instead of "
+        "peft's per-row LoRA path in every wrapped linear; a step with base or other-adapter rows, and any weight "
+        "change, unmerges first. Only where the forward computes in fp32 (in bf16 the merged weight would round "
+        "the delta, unlike the trainer's unmerged LoRA). Merged rows match the per-row path to fp32 rounding; "
+        "merge then unmerge is not bit-exact in fp32, so the merge keeps the original value of the few weight "
+        "elements that would come back an ulp off (8 bytes each, at most 1/32 of a weight's) and base rows stay "
+        "exact. false = always the per-row path",
+    )
     weights_root: str = Field("runs", description="Adapter and reload paths must lie under this directory")
     prefix_cache_tokens: int = Field(
         32768,

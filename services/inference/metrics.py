@@ -43,6 +43,12 @@ class InferenceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.adapter_merges = Counter(
+            "coda_inference_adapter_merges_total",
+            "LoRA adapter merges into and unmerges out of the base weights",
+            ["op"],
+            registry=registry,
+        )
         self.prefix_hit_tokens = Counter(
             "coda_inference_prefix_cache_hit_tokens_total",
             "Prompt tokens whose KV came from the prefix cache",

@@ -3,10 +3,28 @@
 Two forward passes: ``prefill`` (one prompt, no padding, fills a fresh cache) and ``decode`` (one new token
 for every running row against the shared ``KVBatch``). With adapters loaded, each row names its adapter and
 peft's mixed-batch LoRA path applies it to that row only; base rows get exactly the base computation.
+
+Merging: peft's mixed path costs a few small matmuls and row gathers in each of the LoRA-wrapped linears
+(210 in SmolLM2-135M), a large share of a decode step. So while every row of a decode step names the same
+adapter X (RL: each request names the newest ``policy-vN``), X is merged into the base weights (W += s·B·A,
+peft's ``merge``) and the step costs what the base model costs. A forward with any other row (base, another
+adapter) unmerges first. Prefill only uses a merge already in place, never starts one: a prompt of another
+adapter arriving while a mixed batch decodes would otherwise cost a merge and an unmerge each time. Weight
+changes (adapter load/unload, full reload) unmerge first (services.inference.weights).
+
+fp32 rounding: unmerging (W + D) − D gives back W to within an ulp, not bit for bit, for a few elements in a
+thousand. The merge records those elements' original values (a sparse list, ~8 bytes each) and the unmerge
+writes them back, so base rows after an unmerge again compute on exactly the base weights. Not kept, so within
+ulps only: a weight where over 1/32 of the elements would need it (``RESTORE_FRACTION``: a delta as large as
+the weights), or the elements a recomputed delta rounds differently (another thread count). Merged rows
+differ from the per-row path's by fp32 rounding only. Merging is done only when the forward computes in fp32:
+in bf16 (CPU autocast, GPU weights) the merged weight rounds to bf16 with the small delta in it, a change about
+as large as bf16's own error that the trainer's unmerged LoRA does not make.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -20,6 +38,9 @@ from shared.precision import Precision, compute_dtype
 log = get_logger(__name__)
 
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed batch
+# A merge keeps the original value of the weight elements an unmerge would leave an ulp off, up to 1/this of a
+# weight's elements (8 bytes each: at most a quarter byte per weight element, ~6% of fp32 weights).
+RESTORE_FRACTION = 32
 
 
 class ModelRunner:
@@ -29,6 +50,7 @@ class ModelRunner:
         max_model_len: int | None = None,
         precision: Precision = "fp32",
         device: str = "cpu",
+        merge_adapter: bool = True,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)
@@ -43,6 +65,15 @@ class ModelRunner:
         self.model = self.base  # becomes a peft.PeftModel while adapters are loaded
         self.adapters: set[str] = set()  # names of the loaded LoRA adapters (kept by services.inference.lora)
         self.params: dict[str, torch.Tensor] = dict(self.base.named_parameters())
+        # Merging single-adapter steps (module docstring): only where the forward computes in fp32.
+        self.merge_enabled = merge_adapter and weights_dtype == torch.float32 and not self.autocast
+        if merge_adapter and not self.merge_enabled:
+            log.info("LoRA merging off: the forward computes in bf16, where a merged delta would be rounded")
+        self.merged: str | None = None  # the adapter merged into the base weights now, if any
+        self.unmergeable: set[str] = set()  # adapters peft cannot merge exactly (variants, tied weights)
+        self.on_merge: Callable[[str], None] | None = None  # told "merge" / "unmerge" (metrics)
+        self._restore: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (param, flat index, value)
+        self._shared = _shared_params(self.base)
         self.tied = bool(getattr(self.base.config, "tie_word_embeddings", False))
         config_len = int(getattr(self.base.config, "max_position_embeddings", 2048))
         self.max_model_len = min(max_model_len or config_len, config_len)
@@ -83,11 +114,17 @@ class ModelRunner:
     def has_adapters(self) -> bool:
         return self.model is not self.base
 
-    def _forward(self, adapters: list[str | None], keep: int | torch.Tensor = 1, **inputs) -> torch.Tensor:
+    def _forward(
+        self, adapters: list[str | None], keep: int | torch.Tensor = 1, merge: bool = False, **inputs
+    ) -> torch.Tensor:
         """Logits ``[rows, vocab]`` of each row's last position, or ``[rows, len(keep), vocab]`` at the
-        positions of a ``keep`` index tensor (only those rows of hidden states meet the LM head)."""
+        positions of a ``keep`` index tensor (only those rows of hidden states meet the LM head).
+
+        ``merge``: rows that all name one adapter may merge it (decode); otherwise only an adapter merged
+        already serves them merged."""
         if self.has_adapters:
-            inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
+            if not self._merged_for(adapters, merge):
+                inputs["adapter_names"] = [a or BASE_ADAPTER for a in adapters]
         elif any(adapters):
             raise RuntimeError(f"adapter(s) {sorted({a for a in adapters if a})} are not loaded")
         # Callers build ids, masks and positions on the CPU; the KV buffers live on the model's device.
@@ -100,6 +137,106 @@ class ModelRunner:
         # Sampling (services.inference.sampling) runs on the CPU with per-request generators, so the logits come
         # back there: one [rows, vocab] copy per step, small next to a forward pass.
         return logits.float().cpu()
+
+    def _merged_for(self, adapters: list[str | None], merge: bool) -> bool:
+        """Whether these rows run on merged weights; merges or unmerges as needed (before the forward: a merge
+        inside the bf16 autocast region would compute the delta in bf16)."""
+        names = set(adapters)
+        only = next(iter(names)) if len(names) == 1 else None
+        if only is not None and only == self.merged:
+            return True
+        self.unmerge()
+        if not (merge and only is not None and self.merge_enabled and only in self.adapters):
+            return False
+        return self._merge(only)
+
+    @torch.inference_mode()
+    def _merge(self, name: str) -> bool:
+        """Merge adapter ``name`` into the base weights (nothing merged before); False where it cannot be."""
+        from peft.tuners.lora import Embedding, Linear
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        if name in self.unmergeable:
+            return False
+        layers = [m for m in self.model.modules() if isinstance(m, BaseTunerLayer) and _holds(m, name)]
+        why = next((why for layer in layers if (why := self._refuse(layer, name, (Linear, Embedding)))), None)
+        if why or not layers:
+            self.unmergeable.add(name)
+            log.info("LoRA adapter served unmerged", extra={"adapter": name, "reason": why or "no LoRA layers"})
+            return False
+        # Without adapter_names an unmerged LoRA layer applies its active adapter: make that X everywhere, so the
+        # layers X does not target (another adapter's only) add nothing, and modules_to_save use X's copy.
+        self.model.set_adapter(name, inference_mode=True)
+        self.merged = name
+        try:
+            inexact = 0
+            for layer in layers:
+                inexact += not self._record_rounding(layer, name)
+                layer.merge(adapter_names=[name])
+        except Exception:
+            self.unmerge()
+            raise
+        log.debug(
+            "LoRA adapter merged",
+            extra={
+                "adapter": name,
+                "layers": len(layers),
+                "restored_on_unmerge": sum(len(r[1]) for r in self._restore),
+                "layers_unmerged_within_ulps": inexact,
+            },
+        )
+        if self.on_merge:
+            self.on_merge("merge")
+        return True
+
+    def _refuse(self, layer, name: str, kinds: tuple[type, ...]) -> str | None:
+        """Why ``layer`` cannot merge ``name`` exactly, or None."""
+        if not isinstance(layer, kinds) or name in getattr(layer, "lora_variant", {}):
+            return f"{type(layer).__name__} layer (DoRA or another variant, or not a linear/embedding)"
+        weight = layer.get_base_layer().weight
+        if id(weight) in self._shared:
+            return "targets a tied weight (merging would change its twin too)"
+        return None
+
+    def _record_rounding(self, layer, name: str) -> bool:
+        """Remember the weight elements (and the bias) that ``merge`` then ``unmerge`` would not give back
+        exactly: peft's merge adds ``get_delta_weight`` in place, its unmerge subtracts the same value. False
+        where more than 1/32 of the weight's elements would need it (a delta as large as the weights): those
+        are not kept (memory), and that weight comes back within ulps only."""
+        base = layer.get_base_layer()
+        weight, exact = base.weight, True
+        if weight.is_contiguous():
+            delta = layer.get_delta_weight(name).to(weight.dtype)
+            flat = weight.detach().view(-1)
+            index = (weight + delta).sub_(delta).view(-1).ne(flat).nonzero().squeeze(1)
+            if len(index) > flat.numel() // RESTORE_FRACTION:
+                exact = False
+            elif len(index):
+                self._restore.append((flat, index.to(torch.int32), flat[index]))
+        else:
+            exact = False
+        if layer.lora_bias.get(name) and base.bias is not None:
+            bias = base.bias.detach()
+            self._restore.append((bias, torch.arange(bias.numel(), dtype=torch.int32), bias.clone()))
+        return exact
+
+    @torch.inference_mode()
+    def unmerge(self) -> None:
+        """Take the merged adapter out of the base weights (peft's ``unmerge``), restoring the elements the
+        rounding would have left off by an ulp. No-op when nothing is merged."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        if self.merged is None:
+            return
+        for module in self.model.modules():
+            if isinstance(module, BaseTunerLayer) and module.merged:
+                module.unmerge()
+        for flat, index, values in self._restore:
+            flat.index_copy_(0, index.long(), values)
+        log.debug("LoRA adapter unmerged", extra={"adapter": self.merged})
+        self.merged, self._restore = None, []
+        if self.on_merge:
+            self.on_merge("unmerge")
 
     @torch.inference_mode()
     def prefill_batch(self, items: list[tuple[list[int], str | None, Hit | None]]) -> list[tuple[torch.Tensor, list]]:
@@ -171,12 +308,15 @@ class ModelRunner:
         return logits[0], layers
 
     @torch.inference_mode()
-    def decode(self, kv: KVBatch, tokens: list[int], adapters: list[str | None]) -> torch.Tensor:
-        """Logits ``[rows, vocab]`` for each row's newest token; appends that token's column to ``kv``."""
+    def decode(self, kv: KVBatch, tokens: list[int], adapters: list[str | None], merge: bool = True) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` for each row's newest token; appends that token's column to ``kv``.
+
+        ``merge``: whether rows that all name one adapter may merge it (module docstring)."""
         kv.ensure_capacity(kv.length + 1)
         positions = torch.tensor(kv.real_lengths()).unsqueeze(1)
         logits = self._forward(
             adapters,
+            merge=merge,
             input_ids=torch.tensor(tokens).unsqueeze(1),
             attention_mask=kv.attention_mask(1),
             position_ids=positions,
@@ -190,3 +330,16 @@ class ModelRunner:
 
     def decode_text(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _holds(layer, name: str) -> bool:
+    """Whether a peft tuner layer carries adapter ``name`` (LoRA keeps linears' and embeddings' apart)."""
+    return any(name in getattr(layer, attr, ()) for attr in ("lora_A", "lora_embedding_A"))
+
+
+def _shared_params(model: torch.nn.Module) -> set[int]:
+    """Ids of the parameters that more than one module uses (tied embeddings)."""
+    seen: dict[int, int] = {}
+    for _, param in model.named_parameters(remove_duplicate=False):
+        seen[id(param)] = seen.get(id(param), 0) + 1
+    return {key for key, count in seen.items() if count > 1}

@@ -7,6 +7,10 @@ dir renamed into place), checks every name, shape and value (NaN/Inf: a model th
 while /health says ok) against the model, and only then copies, so a bad checkpoint changes nothing. An
 adapter's config and weights get the same checks before peft touches the model, and a load that still fails
 is undone, so the adapters served before stay as they were.
+
+Every change first unmerges a merged adapter (``ModelRunner.unmerge``): a full reload copies into the base
+parameters, which must not hold a delta then, and peft may neither delete a merged adapter nor leave a new one's
+layers consistent with a merge made before it came.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ def check_checkpoint(runner: ModelRunner, tensors: dict[str, torch.Tensor]) -> d
 @torch.no_grad()
 def apply_checkpoint(runner: ModelRunner, tensors: dict[str, torch.Tensor]) -> int:
     """Copy checked tensors into the live parameters (engine thread, nothing running). Returns the count."""
+    runner.unmerge()
     for name, tensor in tensors.items():
         runner.params[name].copy_(tensor)
     return len(tensors)
@@ -151,6 +156,7 @@ def load_adapter(runner: ModelRunner, name: str, directory: Path, replace: bool 
     """Load an adapter under ``name`` (engine thread, between steps); if peft fails half-way, undo it."""
     from peft import PeftModel
 
+    runner.unmerge()
     if name in runner.adapters and replace:
         unload_adapter(runner, name)
     first = not runner.has_adapters
@@ -196,10 +202,14 @@ def unload_adapter(runner: ModelRunner, name: str) -> None:
     """Remove an adapter; with the last one gone the plain base model is served again."""
     if name not in runner.adapters:
         raise WeightsError(f"The lora adapter '{name}' cannot be found.", 404)
+    runner.unmerge()
+    runner.unmergeable.discard(name)
     if len(runner.adapters) == 1:
         runner.model.unload()  # removes the LoRA layers, leaving the original modules in place
         runner.model = runner.base
     else:
+        if runner.model.active_adapter == name:  # a merge made it active: pick the next one (peft would warn)
+            runner.model.set_adapter(min(runner.adapters - {name}), inference_mode=True)
         runner.model.delete_adapter(name)
     runner.adapters.discard(name)
     log.info("LoRA adapter unloaded", extra={"adapter": name})

@@ -101,10 +101,10 @@ def test_a_failing_batched_forward_falls_back_to_rows_with_identical_tokens(engi
     expected = [tokens(f) for f in submit_together(engine, goods(6))]
     decode = runner.decode
 
-    def batch_fault(kv, ids, adapters):
+    def batch_fault(kv, ids, adapters, **kwargs):
         if kv.rows > 1:
             raise RuntimeError("injected batch fault")
-        return decode(kv, ids, adapters)
+        return decode(kv, ids, adapters, **kwargs)
 
     monkeypatch.setattr(runner, "decode", batch_fault)
     assert [tokens(f) for f in submit_together(engine, goods(6))] == expected
@@ -135,8 +135,8 @@ def test_a_longer_prompt_joins_after_the_cache_grew_during_decoding(engine, runn
     InferenceMode' and failed every running request (sporadic in production: it needs this arrival order)."""
     decode, steps, joined = runner.decode, [], []
 
-    def decode_then_submit(kv, ids, adapters):
-        logits = decode(kv, ids, adapters)
+    def decode_then_submit(kv, ids, adapters, **kwargs):
+        logits = decode(kv, ids, adapters, **kwargs)
         steps.append(kv.length)
         if len(steps) == 5:  # queued during this step, admitted right after it
             joined.append(engine.submit(request(list(range(10, 50)), seed=2, max_tokens=4)))
