@@ -61,9 +61,10 @@ PROFILE ?= gpu
 UP_RECIPE = $(or $(RECIPE),$(if $(filter cpu,$(PROFILE)),tiny-cpu))
 COMPOSE := docker compose
 
-.env:  # compose's variables: .env.example with fresh random passwords (never committed)
+.env:  # compose's variables: .env.example with fresh random passwords and control token (never committed)
 	@sed -e "s/^REDIS_PASSWORD=.*/REDIS_PASSWORD=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(16))')/" \
 	     -e "s/^GRAFANA_PASSWORD=.*/GRAFANA_PASSWORD=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(12))')/" \
+	     -e "s/^CODA_CONTROL_TOKEN=.*/CODA_CONTROL_TOKEN=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(32))')/" \
 	     .env.example > .env && chmod 600 .env && echo ">> wrote .env (passwords in it; edit RECIPE/POLICY_MODEL there)"
 
 up: .env  ## start the stack with docker compose (PROFILE=gpu|cpu, RECIPE=name of a configs/ recipe)

@@ -10,6 +10,8 @@ from __future__ import annotations
 class ApiError(Exception):
     """Raise from a route to answer ``status_code`` with the house error body (a 4xx for bad input)."""
 
+    headers: dict[str, str] | None = None  # sent with the answer (a 401's ``WWW-Authenticate``)
+
     def __init__(
         self, message: str, status_code: int = 400, type_: str = "BadRequestError", param: str | None = None
     ) -> None:

@@ -3,7 +3,8 @@
 Services build on ``create_app`` so that every one of them answers the same way to operators and to bad
 requests: malformed bodies get 400/413/422 with a message that says what is wrong, never a 500 or a hang.
 The body guard (``shared.body_limit``) refuses oversized, non-UTF-8, too deeply nested and lone-surrogate
-JSON bodies before a route runs; the handlers here put every other refusal into the house error body.
+JSON bodies before a route runs; the handlers here put every other refusal into the house error body. A route
+that changes a service's state takes ``dependencies=CONTROL``: the control token of ``shared.auth``.
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.auth import refusal
 from shared.body_limit import BodyGuard
 from shared.errors import ApiError, error_body
 from shared.health import HealthCheck, add_health_route
 from shared.metrics import instrument_app
 
-__all__ = ["ApiError", "create_app", "error_body", "json_safe"]
+__all__ = ["CONTROL", "ApiError", "create_app", "error_body", "is_control_route", "json_safe"]
 
 # A 400 lists this many validation errors: a list of a million bad items fails a million times, and
 # formatting and sending every one of them (with its input) took longer than any client waits.
@@ -62,7 +65,9 @@ def create_app(
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(
-            json_safe(error_body(exc.message, exc.status_code, exc.type_, exc.param)), status_code=exc.status_code
+            json_safe(error_body(exc.message, exc.status_code, exc.type_, exc.param)),
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -72,6 +77,24 @@ def create_app(
         return JSONResponse(json_safe(body), status_code=exc.status_code, headers=exc.headers)
 
     return app, registry
+
+
+async def require_control_token(request: Request) -> None:
+    """The dependency of every control route: a 401 (with ``WWW-Authenticate: Bearer``) unless the request
+    carries the control token, or none is configured and it comes from loopback (``shared.auth``)."""
+    reason = refusal(request.client.host if request.client else None, request.headers.get("authorization", ""))
+    if reason is not None:
+        error = ApiError(reason, 401, "UnauthorizedError")
+        error.headers = {"WWW-Authenticate": "Bearer"}
+        raise error
+
+
+CONTROL = [Depends(require_control_token)]  # ``@app.post(path, dependencies=CONTROL)``
+
+
+def is_control_route(route: APIRoute) -> bool:
+    """Whether ``route`` requires the control token (what the route-inventory test checks)."""
+    return any(dep.dependency is require_control_token for dep in route.dependencies)
 
 
 def validation_error_body(exc: RequestValidationError) -> dict:

@@ -19,7 +19,8 @@ their defaults are those of ``completion_body``, the one request body every tran
 two and the rollout's aiohttp one, ``recipes.core.aio_llm``). Transient failures (``shared.transient``: 429,
 502, 503, 504, refused connections) are retried with backoff (``shared.retry``); a 500 or another 4xx raises
 ``InferenceError`` at once with the server's message. ``SyncInferenceClient`` is the same for the trainer and
-CLIs.
+CLIs. Both send ``Authorization: Bearer`` with ``api_key``, or else with the stack's control token
+(``CODA_CONTROL_TOKEN``, ``shared.auth``) when one is configured: the weight routes require it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from shared.auth import bearer_headers
 from shared.inference_wire import (
     COMPLETIONS,
     Completion,
@@ -75,7 +77,7 @@ class InferenceClient:
         api_key: str | None = None,
         limits: httpx.Limits = DEFAULT_LIMITS,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)  # None: the configured CODA_CONTROL_TOKEN, if any
         self.base_url = base_url.rstrip("/")
         self.retry = retry
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits, headers=headers)
@@ -173,7 +175,7 @@ class SyncInferenceClient:
         api_key: str | None = None,
         limits: httpx.Limits = DEFAULT_LIMITS,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)  # None: the configured CODA_CONTROL_TOKEN, if any
         self.base_url = base_url.rstrip("/")
         self.retry = retry
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, limits=limits, headers=headers)

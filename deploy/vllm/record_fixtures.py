@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from shared.auth import bearer_headers
 from shared.inference_client import error_message
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vllm"
@@ -37,7 +38,8 @@ ADAPTER_NAME = "policy-v3"
 class Recorder:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.http = httpx.Client(base_url=args.url.rstrip("/"), timeout=args.timeout)
+        # The stack's control token when one is set: a vLLM started with VLLM_API_KEY guards /v1 with it.
+        self.http = httpx.Client(base_url=args.url.rstrip("/"), timeout=args.timeout, headers=bearer_headers())
         self.missing: list[str] = []
         self.written: list[str] = []
         version = self.http.get("/version")

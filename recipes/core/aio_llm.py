@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from shared.auth import bearer_headers
 from shared.inference_client import Completion, InferenceError, completion_body, parse_completion
 from shared.inference_wire import COMPLETIONS, message_of
 from shared.log import get_logger
@@ -50,6 +51,7 @@ class AiohttpCompletions:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=60),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10),
+                headers=bearer_headers(),  # a vLLM with VLLM_API_KEY guards /v1/completions with the token
             )
         return self._session
 

@@ -4,6 +4,10 @@ Routes: ``POST /v1/completions``, ``GET /v1/models``, ``POST /v1/load_lora_adapt
 ``POST /v1/unload_lora_adapter``, ``POST /collective_rpc`` (method ``update_weights_from_path``), vLLM's
 dev-mode ``/pause``, ``/resume``, ``/is_paused`` and ``/reset_prefix_cache``, plus the house ``/health`` and
 ``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``.
+
+Every route that changes what is served (the adapters, the weights, pause/resume, the prefix cache) requires
+the control token (``shared.auth``, ``shared.http.CONTROL``); completions, ``/v1/models``, ``/is_paused``, ``/health`` and ``/metrics``
+change nothing and stay open, as the port itself is published on 127.0.0.1 unless ``BIND_ADDRESS`` opens it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from services.inference.weights import (
     resolve_under,
     unload_adapter,
 )
-from shared.http import ApiError, create_app
+from shared.http import CONTROL, ApiError, create_app
 from shared.log import get_logger
 from shared.precision import resolve_device
 from shared.protocol.inference import (
@@ -58,8 +62,13 @@ class Server:
             torch.set_num_threads(settings.threads)
         self.settings, self.metrics = settings, metrics
         self.runner = ModelRunner(
-            settings.model, settings.max_model_len, settings.precision, resolve_device(settings.device)
+            settings.model,
+            settings.max_model_len,
+            settings.precision,
+            resolve_device(settings.device),
+            merge_adapter=settings.merge_adapter,
         )
+        self.runner.on_merge = lambda op: metrics.adapter_merges.labels(op).inc()
         self.name = settings.served_model_name or settings.model
         self.root = Path(settings.weights_root)
         self.adapter_paths: dict[str, str] = {}
@@ -166,7 +175,12 @@ def _generation_routes(app: FastAPI) -> None:
 
 
 def _lora_routes(app: FastAPI) -> None:
-    @app.post("/v1/load_lora_adapter", tags=["vllm"], summary="Load a PEFT LoRA adapter under a model name")
+    @app.post(
+        "/v1/load_lora_adapter",
+        tags=["vllm"],
+        summary="Load a PEFT LoRA adapter under a model name",
+        dependencies=CONTROL,
+    )
     async def load_lora(body: LoadLoRAAdapterRequest) -> PlainTextResponse:
         server: Server = app.state.server
         if not body.lora_name or not body.lora_path:
@@ -220,7 +234,7 @@ def _lora_routes(app: FastAPI) -> None:
             server.metrics.reload_seconds.labels("lora").observe(time.perf_counter() - start)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
-    @app.post("/v1/unload_lora_adapter", tags=["vllm"], summary="Unload a LoRA adapter")
+    @app.post("/v1/unload_lora_adapter", tags=["vllm"], summary="Unload a LoRA adapter", dependencies=CONTROL)
     async def unload_lora(body: UnloadLoRAAdapterRequest) -> PlainTextResponse:
         server: Server = app.state.server
         name = body.lora_name
@@ -247,6 +261,7 @@ def _weight_routes(app: FastAPI) -> None:
         description="Until `/resume`, /health answers 503 (not ready) and a completion waits at most "
         "`pause_wait_s` (default 60 s), then gets 503 with a message saying the engine is "
         "paused; clients retry 503 (shared.transient).",
+        dependencies=CONTROL,
     )
     async def pause(mode: str = Query("abort")) -> JSONResponse:
         server: Server = app.state.server
@@ -255,7 +270,7 @@ def _weight_routes(app: FastAPI) -> None:
         await server.run_op(lambda: server.engine.set_paused(True), server.engine.idle)
         return JSONResponse({"status": "paused"})
 
-    @app.post("/resume", tags=["vllm"], summary="vLLM dev-mode resume after /pause")
+    @app.post("/resume", tags=["vllm"], summary="vLLM dev-mode resume after /pause", dependencies=CONTROL)
     async def resume() -> JSONResponse:
         server: Server = app.state.server
         await server.run_op(lambda: server.engine.set_paused(False))
@@ -271,6 +286,7 @@ def _weight_routes(app: FastAPI) -> None:
         summary="Forget every cached prefix (the KV of past prompts)",
         description="Requests already decoding keep their own KV; later prompts prefill from scratch until "
         "the cache fills again.",
+        dependencies=CONTROL,
     )
     async def reset_prefix_cache() -> JSONResponse:
         server: Server = app.state.server
@@ -278,7 +294,12 @@ def _weight_routes(app: FastAPI) -> None:
         await server.run_op(server.engine.prefix.clear)
         return JSONResponse({})
 
-    @app.post("/collective_rpc", tags=["vllm"], summary="vLLM dev-mode RPC: update_weights_from_path, coda_weight_info")
+    @app.post(
+        "/collective_rpc",
+        tags=["vllm"],
+        summary="vLLM dev-mode RPC: update_weights_from_path, coda_weight_info",
+        dependencies=CONTROL,
+    )
     async def collective_rpc(body: CollectiveRpcRequest) -> JSONResponse:
         server: Server = app.state.server
         if body.method is None:

@@ -28,6 +28,11 @@ Generated from the settings classes by `python -m services.stack config-referenc
 Every service reads, lowest to highest precedence: the defaults below < its table of the recipe TOML
 (`CODA_RECIPE=configs/….toml` or `--recipe`) < environment variables < command-line flags (`--field-name`).
 Unknown keys are errors. List and table values take JSON in environment variables and flags.
+
+One value is read from the environment only, by every service: `CODA_CONTROL_TOKEN`, the secret that the
+routes which change a service's state (the policy server's weight loading, pause and resume) require as
+`Authorization: Bearer <token>`; unset, they answer loopback clients only (`shared/auth.py`, README
+"Security"). It is never a recipe key (recipes are committed) nor a flag (`ps` shows flags).
 """
 
 

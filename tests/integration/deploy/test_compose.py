@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared.auth import CONTROL_TOKEN_ENV
 from tests.integration.deploy.project import (
     ROOT,
     SERVICES,
@@ -37,6 +38,8 @@ from tests.integration.deploy.project import (
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 # The profile sets we ship: GPU host, GPU host with a separate searcher model, laptop.
 PROFILE_SETS = ({"gpu"}, {"gpu", "searcher-llm"}, {"cpu"})
+# CODA_ variables every service reads from the environment, outside its settings class.
+ENV_ONLY = ("CODA_RECIPE", "CODA_LOG_FORMAT", "CODA_LOG_LEVEL", CONTROL_TOKEN_ENV)
 URL = re.compile(r"^(?:https?|redis)://(?:[^@/]*@)?([a-z0-9-]+):(\d+)")
 
 
@@ -81,8 +84,8 @@ def test_every_variable_has_a_default_or_a_message_and_required_ones_are_documen
                 assert name in documented, f"required variable {name} is missing from .env.example"
     stale = set(documented) - used
     assert not stale, f".env.example documents variables compose never reads: {sorted(stale)}"
-    with pytest.raises(KeyError, match="REDIS_PASSWORD"):
-        compose({})  # no .env at all: a clear error, not an empty password
+    with pytest.raises(KeyError, match=f"REDIS_PASSWORD|{CONTROL_TOKEN_ENV}"):
+        compose({})  # no .env at all: a clear error, not an empty password or an open server
 
 
 def test_depends_on_targets_exist_wait_for_health_and_respect_profiles():
@@ -245,7 +248,7 @@ def test_coda_env_vars_name_real_settings_fields(monkeypatch):
         env = service_environment(service)
         by_class: dict[type, dict[str, str]] = {}
         for key, value in env.items():
-            if not key.startswith("CODA_") or key in ("CODA_RECIPE", "CODA_LOG_FORMAT", "CODA_LOG_LEVEL"):
+            if not key.startswith("CODA_") or key in ENV_ONLY:
                 continue
             prefix = next((p for p in classes if key.startswith(p)), None)
             assert prefix is not None, f"{name}: {key} matches no service's env prefix"
