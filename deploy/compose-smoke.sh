@@ -43,6 +43,7 @@ declare -A PORTS=([retriever]=${RETRIEVER_HOST_PORT:-8000} [searcher]=${SEARCHER
                   [rollout]=$(p=${ROLLOUT_PORTS:-8004:8004}; p=${p%:*}; echo "${p##*:}"))
 export RECIPE=tiny-cpu
 export REDIS_PASSWORD=${REDIS_PASSWORD:-smoke$RANDOM$RANDOM} GRAFANA_PASSWORD=${GRAFANA_PASSWORD:-smoke$RANDOM}
+export CODA_CONTROL_TOKEN=${CODA_CONTROL_TOKEN:-smoke$RANDOM$RANDOM$RANDOM}  # the policy server's weight routes
 STARTED=$(date +%s)
 
 say() { printf '[compose-smoke %s +%4ds] %s\n' "$(date +%T)" "$(( $(date +%s) - STARTED ))" "$*"; }
@@ -210,8 +211,17 @@ wait_step() {  # wait_step N: until the trainer's step reaches N, a line per new
     done
 }
 
+remove_containers() {  # every container of the project, scaled replicas included: podman-compose's `down`
+    # removes only the containers the compose file names (replica 1), and a leftover replica keeps its volumes
+    # from being removed and stays on the network, where Prometheus finds it as one more rollout target.
+    local ids
+    ids=$("$ENGINE" ps -a -q --filter "label=com.docker.compose.project=$PROJECT")
+    [ -z "$ids" ] || "$ENGINE" rm -f $ids >/dev/null 2>&1 || true
+}
+
 # ---------------------------------------------------------------- 1–2. build, up, health
-say "removing what an earlier smoke left (project $PROJECT, its volumes)"
+say "removing what an earlier smoke left (project $PROJECT, its containers and volumes)"
+remove_containers
 compose down -v >/dev/null 2>&1 || true
 if [ "${SMOKE_BUILD:-1}" != 0 ]; then
     started=$(date +%s)
@@ -268,16 +278,17 @@ fi
 
 # ---------------------------------------------------------------- 6. a second rollout replica, scraped too
 if [ "$PROMETHEUS" != 0 ]; then
-    # ROLLOUT_PORTS=8004: each replica gets a free host port (two cannot both publish 8004); the rollout is
+    # ROLLOUT_PORTS=:8004: each replica gets a free host port (two cannot both publish 8004); the rollout is
     # recreated with it. Prometheus reaches the replicas inside the network (deploy/prometheus/prometheus.yml).
     say "up --scale rollout=2"
-    ROLLOUT_PORTS=8004 timeout "$UP_TIMEOUT" "${COMPOSE_CMD[@]}" up -d --no-deps --scale rollout=2 rollout \
+    ROLLOUT_PORTS=:8004 timeout "$UP_TIMEOUT" "${COMPOSE_CMD[@]}" up -d --no-deps --scale rollout=2 rollout \
         || fail "scaling the rollout to 2 did not succeed"
     check_prometheus 2
 fi
 
 if [ "${SMOKE_KEEP:-0}" = 0 ]; then
     compose down >/dev/null 2>&1 || true
+    remove_containers
     say "stack stopped (volumes of project $PROJECT kept; \`${CMD[*]} -p $PROJECT down -v\` removes them)"
 fi
 say "PASSED in $(( $(date +%s) - STARTED ))s: steps $before_step → down/up → resumed at $resumed_step, trained to $(( resumed_step + MORE_STEPS ))+"
