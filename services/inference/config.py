@@ -35,8 +35,10 @@ class InferenceSettings(ServiceSettings):
     max_loras: int = Field(4, ge=1, description="LoRA adapters resident at once (load beyond this → 400)")
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
     merge_adapter: bool = Field(
-        True,
-        description="While every row of a decode step names the same LoRA adapter (RL: the newest policy-vN), "
+        False,
+        description="Off by default: measured in on-policy RL on SmolLM2 + LoRA r16 (bench/results/merge_adapter.md) "
+        "it did not pay for its merge (~1.2 s a policy version) and delayed the first step by ~10 s. "
+        "While every row of a decode step names the same LoRA adapter (RL: the newest policy-vN), "
         "fold it into the base weights (W += scale·B·A) so the step costs what the base model costs instead of "
         "peft's per-row LoRA path in every wrapped linear; a step with base or other-adapter rows, and any weight "
         "change, unmerges first. Only where the forward computes in fp32 (in bf16 the merged weight would round "

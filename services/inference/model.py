@@ -50,7 +50,7 @@ class ModelRunner:
         max_model_len: int | None = None,
         precision: Precision = "fp32",
         device: str = "cpu",
-        merge_adapter: bool = True,
+        merge_adapter: bool = False,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)

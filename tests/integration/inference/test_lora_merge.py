@@ -171,7 +171,7 @@ def test_a_full_reload_while_merged_equals_the_reload_unmerged(runners, perturbe
 def test_a_delta_as_large_as_the_weights_merges_and_unmerges_within_ulps(tiny_model, lora_adapter):
     """peft's random init (conftest's adapter): a quarter of the elements would need restoring, more than is
     kept, so those weights come back within ulps, not exactly; the logits still match the per-row path."""
-    runner, per_row = ModelRunner(tiny_model), ModelRunner(tiny_model, merge_adapter=False)
+    runner, per_row = ModelRunner(tiny_model, merge_adapter=True), ModelRunner(tiny_model, merge_adapter=False)
     base = pristine(runner)
     for r in (runner, per_row):
         load_adapter(r, "pa", lora_adapter[0])
@@ -187,7 +187,9 @@ def test_merging_off_or_in_bf16_never_merges(runners, tiny_model, adapters):
     _, per_row = runners
     generate(per_row, ["pa"] * 2, steps=1)
     assert per_row.merged is None
-    bf16 = ModelRunner(tiny_model, precision="bf16")  # bf16 autocast on the CPU: a merge would round the delta
+    bf16 = ModelRunner(
+        tiny_model, precision="bf16", merge_adapter=True
+    )  # bf16 autocast on the CPU: a merge would round the delta
     load_adapter(bf16, "pa", adapters[0])
     assert not bf16.merge_enabled
     generate(bf16, ["pa"] * 2, steps=1)
