@@ -36,8 +36,9 @@ class InferenceSettings(ServiceSettings):
     max_lora_rank: int = Field(64, ge=1, description="Largest LoRA rank accepted")
     merge_adapter: bool = Field(
         False,
-        description="Off by default: measured in on-policy RL on SmolLM2 + LoRA r16 (bench/results/merge_adapter.md) "
-        "it did not pay for its merge (~1.2 s a policy version) and delayed the first step by ~10 s. "
+        description="Off by default: in on-policy RL on SmolLM2 + LoRA r16 (bench/results/merge_adapter.md) its "
+        "gain was within the noise (samples/s 0.92x and 1.21x in two rounds) and each policy version pays a merge "
+        "(~1.2 s). "
         "While every row of a decode step names the same LoRA adapter (RL: the newest policy-vN), "
         "fold it into the base weights (W += scale·B·A) so the step costs what the base model costs instead of "
         "peft's per-row LoRA path in every wrapped linear; a step with base or other-adapter rows, and any weight "
