@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[3]
 MAX_STEPS = 16  # room for the Ctrl-C to land mid-training: a tiny-model step takes ~2 s, and the poll is 0.5 s
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _train(root: Path, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CODA_TRAINER_MAX_STEPS=str(MAX_STEPS))
@@ -44,6 +48,10 @@ def _train(root: Path, log: Path) -> subprocess.Popen:
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
+            # A shell without job control starts background commands with SIGINT ignored, and that is inherited:
+            # Python then installs no KeyboardInterrupt handler and the Ctrl-C below would be lost (the run
+            # finishes with 0). The command is meant to run as if typed at a terminal.
+            preexec_fn=_default_sigint,
         )
 
 
