@@ -178,6 +178,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "gpu-check", help="run folders and logs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu.md")
     parser.add_argument("--cpu", action="store_true", help="a dry run of this script on a machine without a GPU")
+    parser.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="trainer and server precision (fp32 on both sides tells bf16 rounding from a sync bug)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     info = device_info()
@@ -201,6 +207,8 @@ def main() -> None:
         "CODA_TRAINER_CHECKPOINT_EVERY": str(args.steps),
         "CODA_INFERENCE_DEVICE": "cpu" if args.cpu else "cuda",
     }
+    if args.precision != "auto":
+        overrides |= {"CODA_TRAINER_PRECISION": args.precision, "CODA_INFERENCE_PRECISION": args.precision}
     args.work.mkdir(parents=True, exist_ok=True)
     # The caller's PYTHONPATH stays behind ROOT: a GPU host without network carries its packages that way.
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
