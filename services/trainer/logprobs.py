@@ -1,14 +1,20 @@
 """Token logprobs and entropies from a causal LM, computed in chunks so the full logits never exist at once.
 
 The decoder runs once over the micro-batch; the output head (hidden → vocabulary) then runs only on the
-positions that are needed, ``chunk`` of them at a time, each chunk under activation checkpointing: backward
-recomputes one chunk's logits instead of keeping ``tokens × vocab`` floats alive for the whole batch.
+positions that are needed, ``chunk`` of them at a time. Each chunk goes through ``HeadLogprobs``, an autograd
+function that keeps only the chunk's hidden states (and a per-position log Z and entropy) for backward, which
+recomputes the chunk's logits once and applies the analytic gradients of log-softmax and entropy: neither
+``tokens × vocab`` floats for the whole batch nor the autograd graph of the softmax stays alive.
+Heads it cannot see through (a bias, a peft wrapper, ZeRO-3 partitioned weights) take the generic path:
+``_head_chunk`` under activation checkpointing.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from services.trainer.packing import MicroBatch
@@ -24,6 +30,70 @@ def _head_chunk(
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logp, categorical_entropy(logp_all)
+
+
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``hidden @ weight.T / temperature``: the matmul in the weight's dtype, the rest in (at least) fp32."""
+    with torch.autocast(hidden.device.type, enabled=False):  # backward may run inside the caller's autocast
+        logits = F.linear(hidden, weight).to(torch.promote_types(weight.dtype, torch.float32))
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """``(log p(target), H)`` per row of ``hidden`` for a bias-free head ``weight``, at ``temperature``.
+
+    With z the tempered logits, p = softmax(z): d log p_t / dz = onehot(t) − p and dH/dz = −p·(log p + H)
+    (H = −Σ p·log p). Backward combines both with the incoming gradients, divides by the temperature and
+    multiplies through the head: grad_hidden = g @ W, grad_W = gᵀ @ hidden (skipped when W is frozen, as under
+    LoRA; a tied embedding receives it like any other use of the parameter).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature):
+        logits = _logits(hidden, weight, temperature)
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        log_z = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logp  # log p = z − log Z in backward
+        del logits
+        entropy = categorical_entropy(logp_all)
+        ctx.save_for_backward(hidden, weight, targets, log_z, entropy)
+        ctx.temperature = temperature
+        ctx.set_materialize_grads(False)  # an entropy only logged (detached) sends None: skip its term
+        return logp, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g_logp, g_entropy):
+        hidden, weight, targets, log_z, entropy = ctx.saved_tensors
+        if g_logp is None and g_entropy is None:
+            return None, None, None, None
+        logp_all = _logits(hidden, weight, ctx.temperature).sub_(log_z.unsqueeze(-1))
+        if g_entropy is None:
+            g = logp_all.exp_().mul_(-g_logp.unsqueeze(-1))  # −p·g_logp, in the logits' buffer
+        else:
+            p = logp_all.exp()
+            inner = logp_all.add_(entropy.unsqueeze(-1)).mul_(g_entropy.unsqueeze(-1))  # (log p + H)·g_H
+            if g_logp is not None:
+                inner.add_(g_logp.unsqueeze(-1))
+            g = p.mul_(inner).neg_()
+        if g_logp is not None:
+            g.scatter_add_(-1, targets.unsqueeze(-1), g_logp.unsqueeze(-1).to(g.dtype))
+        if ctx.temperature != 1.0:
+            g.div_(ctx.temperature)
+        g = g.to(weight.dtype)
+        with torch.autocast(hidden.device.type, enabled=False):
+            grad_hidden = g @ weight if ctx.needs_input_grad[0] else None
+            grad_weight = g.t() @ hidden if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None
+
+
+def fusable(head: nn.Module) -> bool:
+    """Whether ``HeadLogprobs`` computes exactly what ``head`` does: a plain bias-free ``nn.Linear``.
+
+    SmolLM2 and Qwen2 heads are (tied to the input embedding or not). A peft wrapper of the head is not a
+    ``nn.Linear``; ZeRO-3 partitioned weights (``ds_id``) are gathered only by the head's own forward hooks.
+    """
+    return type(head) is nn.Linear and head.bias is None and not hasattr(head.weight, "ds_id")
 
 
 class PolicyLogprobs(nn.Module):
@@ -65,13 +135,16 @@ class PolicyLogprobs(nn.Module):
         where = select.bool()
         h = hidden[where]
         t = targets[where]
+        fused = fusable(head)
         logps, ents = [], []
         for i in range(0, h.shape[0], self.chunk):
-            args = (head, h[i : i + self.chunk], t[i : i + self.chunk], self.temperature)
-            if torch.is_grad_enabled():
-                lp, en = checkpoint(_head_chunk, *args, use_reentrant=False)
+            hc, tc = h[i : i + self.chunk], t[i : i + self.chunk]
+            if fused:
+                lp, en = HeadLogprobs.apply(hc, head.weight, tc, self.temperature)
+            elif torch.is_grad_enabled():
+                lp, en = checkpoint(_head_chunk, head, hc, tc, self.temperature, use_reentrant=False)
             else:
-                lp, en = _head_chunk(*args)
+                lp, en = _head_chunk(head, hc, tc, self.temperature)
             logps.append(lp)
             ents.append(en)
         logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=hidden.device)
