@@ -111,13 +111,25 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
     )
 
 
+def _current_types(dataset: str) -> dict[str, str]:
+    """Each question's type as ``recipes.datasets.question_type`` gives it now: a run recorded before a type
+    could be told (2Wiki's unlabelled questions, once ``unknown``) is tabled like a run made today. Empty when
+    the project is not importable (the report alone)."""
+    try:
+        from recipes.datasets import load_prompts, question_type
+    except ImportError:
+        return {}
+    return {r.prompt_id: question_type(r) for r in load_prompts(DATASETS[dataset][0])}
+
+
 def type_table(doc: dict, dataset: str) -> list[str]:
     measured = [runs for m in METHODS if (runs := _runs(doc, dataset, m))]
     if not measured:
         return []
     types: dict[str, set[str]] = defaultdict(set)  # type -> question ids (the same for every method)
+    today = _current_types(dataset)
     for row in measured[0][0]["rows"]:
-        types[row["type"]].add(row["id"])
+        types[today.get(row["id"], row["type"])].add(row["id"])
     names = sorted(types, key=lambda t: (-len(types[t]), t))
     out = [
         "| method | " + " | ".join(f"{t} (n={len(types[t])})" for t in names) + " |",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from recipes.answers import answer_scores
-from recipes.datasets import FIXED_SPLITS, HELDOUT, load_prompts, question_type, select_split
+from recipes.datasets import FIXED_SPLITS, HELDOUT, load_prompts, question_type, select_split, wiki_type_from_shape
 from services.rollout.config import RolloutSettings
 from services.stack.config import StackSettings
 from services.trainer.make_sft import qa_rows
@@ -93,7 +93,29 @@ def test_question_types_are_read_from_the_data():
     hotpot = {question_type(r) for r in load_prompts("bundled:hotpotqa-dev")}
     wiki = {question_type(r) for r in load_prompts("bundled:2wiki-dev")}
     assert hotpot == {"bridge", "comparison"}
-    assert {"compositional", "comparison", "inference", "bridge_comparison", "unknown"} == wiki
+    assert wiki == {"compositional", "comparison", "inference", "bridge_comparison"}  # 558 from the shape
+
+
+def test_2wiki_types_from_the_questions_shape_agree_with_every_source_label():
+    labelled = [r for r in load_prompts("bundled:2wiki-dev") if r.metadata.get("type")]
+    assert len(labelled) == 747
+    shape = [wiki_type_from_shape(r.question, len(r.metadata["supporting_titles"])) for r in labelled]
+    assert shape == [r.metadata["type"] for r in labelled]
+
+
+@pytest.mark.parametrize(
+    ("question", "titles", "kind"),
+    [
+        ("Who is the father of the director of film Monsieur N.?", 2, "compositional"),
+        ("Who is the maternal grandmother of Eleanor Of Brittany?", 2, "inference"),
+        ("Who is Archduchess Rosa Of Austria's mother-in-law?", 2, "inference"),
+        ("Who was born first out of Aivar Kuusmaa and Andy Summers?", 2, "comparison"),
+        ("Which film has the director who died first, Three Violent People or Girls In White?", 4, "bridge_comparison"),
+        ("What nationality is the director of film Paradox (2016 Film)?", 2, "compositional"),
+    ],
+)
+def test_2wiki_type_from_shape_by_hand(question, titles, kind):
+    assert wiki_type_from_shape(question, titles) == kind
 
 
 def test_the_legacy_sets_non_dev_questions_are_never_reported_as_hotpotqa():
