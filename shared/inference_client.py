@@ -148,6 +148,11 @@ class InferenceClient:
     async def models(self) -> list[ModelCard]:
         return ModelList.model_validate((await self._call("GET", "/v1/models")).json()).data
 
+    async def served_version(self) -> int | None:
+        """``SyncInferenceClient.served_version``, awaited (the rollout asks each server of its fleet)."""
+        response = await self._call("POST", "/collective_rpc", json={"method": INFO_METHOD})
+        return _oldest_version(CollectiveRpcResponse.model_validate(response.json()).results)
+
     async def health(self) -> bool:
         """One quick probe, no retries: True when the server answers 200."""
         try:
@@ -219,11 +224,7 @@ class SyncInferenceClient:
         """The weight version the server has loaded: None from a server never sent weights (vLLM after a start),
         the version it started with from ours (0)."""
         response = self._call("POST", "/collective_rpc", json={"method": INFO_METHOD})
-        results = CollectiveRpcResponse.model_validate(response.json()).results
-        versions = [r.get("weight_version") for r in results if isinstance(r, dict)]
-        # Several workers (tensor parallel) load together; the oldest one is what a request may meet.
-        known = [int(v) for v in versions if v is not None]
-        return min(known) if known and len(known) == len(versions) else None
+        return _oldest_version(CollectiveRpcResponse.model_validate(response.json()).results)
 
     def pause(self) -> bool:
         try:
@@ -259,3 +260,11 @@ class SyncInferenceClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"inference server at {self.base_url} not healthy after {timeout_s:.0f}s")
             time.sleep(0.2)
+
+
+def _oldest_version(results: list[Any]) -> int | None:
+    """The version in a ``coda_weight_info`` answer; None when any worker never loaded weights."""
+    versions = [r.get("weight_version") for r in results if isinstance(r, dict)]
+    # Several workers (tensor parallel) load together; the oldest one is what a request may meet.
+    known = [int(v) for v in versions if v is not None]
+    return min(known) if known and len(known) == len(versions) else None

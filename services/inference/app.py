@@ -3,7 +3,8 @@
 Routes: ``POST /v1/completions``, ``GET /v1/models``, ``POST /v1/load_lora_adapter``,
 ``POST /v1/unload_lora_adapter``, ``POST /collective_rpc`` (method ``update_weights_from_path``), vLLM's
 dev-mode ``/pause``, ``/resume``, ``/is_paused`` and ``/reset_prefix_cache``, plus the house ``/health`` and
-``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``.
+``/metrics``. Startup loads the model and starts the engine thread onto ``app.state``; with ``redis_url`` and
+``advertise_url`` set, the server then announces itself to the rollouts (``shared.server_registry``).
 
 Every route that changes what is served (the adapters, the weights, pause/resume, the prefix cache) requires
 the control token (``shared.auth``, ``shared.http.CONTROL``); completions, ``/v1/models``, ``/is_paused``, ``/health`` and ``/metrics``
@@ -13,10 +14,12 @@ change nothing and stay open, as the port itself is published on 127.0.0.1 unles
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import redis
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -48,6 +51,7 @@ from shared.protocol.inference import (
     ModelList,
     UnloadLoRAAdapterRequest,
 )
+from shared.server_registry import Heartbeat
 
 log = get_logger(__name__)
 
@@ -100,6 +104,16 @@ class Server:
         return await asyncio.wrap_future(self.engine.control(run, ready))
 
 
+def start_heartbeat(settings: InferenceSettings) -> Heartbeat | None:
+    """Announce this server to the rollouts (``shared.server_registry``) when given both a Redis URL and the
+    URL they reach it at; None (nothing announced) otherwise, the default."""
+    if not (settings.redis_url and settings.advertise_url):
+        return None
+    url = settings.advertise_url.replace("{hostname}", socket.gethostname()).rstrip("/")
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return Heartbeat(client, settings.servers_key, url, settings.announce_every_s).start()
+
+
 def _api_error(exc: WeightsError) -> ApiError:
     status = exc.status_code
     return ApiError(str(exc), status, "NotFoundError" if status == 404 else "BadRequestError")
@@ -112,9 +126,13 @@ def create_inference_app(settings: InferenceSettings) -> FastAPI:
         server.engine.start()
         app.state.server = server
         log.info("inference server ready", extra={"model": server.name, "port": settings.port})
+        # Announced only once it serves: a rollout may send episodes the moment it reads the key.
+        heartbeat = start_heartbeat(settings)
         try:
             yield
         finally:
+            if heartbeat is not None:  # withdrawn first: no new episodes while the engine stops
+                await asyncio.to_thread(heartbeat.stop)
             server.engine.stop()
 
     def engine_ready() -> str:  # 503 while paused, failing every step, or dead (shared.health's convention)

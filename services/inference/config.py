@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from shared.precision import Precision
+from shared.server_registry import DEFAULT_PREFIX
 from shared.settings import ServiceSettings, service_config
 
 
@@ -19,7 +20,11 @@ class InferenceSettings(ServiceSettings):
 
     model_config = service_config("CODA_INFERENCE_")
     toml_section: ClassVar[str] = "inference"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "model", "served_model_name": "served_model_name"}
+    shared_keys: ClassVar[dict[str, str]] = {
+        "model": "model",
+        "served_model_name": "served_model_name",
+        "redis_url": "redis_url",
+    }
 
     model: str = Field("runs/tiny-model", description="HF model directory (e.g. written by `make-tiny`)")
     served_model_name: str | None = Field(None, description="Name requests use in `model`; default: the path")
@@ -80,3 +85,22 @@ class InferenceSettings(ServiceSettings):
     seed: int = Field(0, description="Seed of the sampler for requests without their own seed")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (else 413)")
     log_format: Literal["kv", "json"] = Field("kv", description="Log line format")
+
+    # ------------------------------------------------------------ joining a fleet (off unless both are set)
+    redis_url: str | None = Field(
+        None,
+        description="Redis where this server announces itself to the rollout (with advertise_url; none: it "
+        "does not announce, and only rollouts whose settings list it use it)",
+    )
+    advertise_url: str | None = Field(
+        None,
+        description="Base URL the rollout reaches this server at, e.g. http://gpu-2:8002; '{hostname}' is "
+        "replaced by this host's name, so replicas of one compose service can share the setting "
+        "(none: do not announce)",
+    )
+    servers_key: str = Field(
+        DEFAULT_PREFIX, description="Redis key prefix of the announcements (the rollout's servers_key)"
+    )
+    announce_every_s: float = Field(
+        5.0, gt=0, description="Heartbeat period of the announcement; it expires after three missed beats"
+    )

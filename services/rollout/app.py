@@ -1,7 +1,8 @@
 """The rollout service's FastAPI app: the producer and the weight follower run as background tasks.
 
 Routes: ``/health`` (Redis reachable, producer alive), ``/metrics``, ``GET /status`` (version, admission,
-counts, failures by cause).
+counts, failures by cause, the fleet of policy servers). Episodes go to the fleet (``services.rollout.fleet``):
+the listed servers and those announced in Redis, kept fresh by ``FleetWatch``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from fastapi import FastAPI
 from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
+from services.rollout.fleet_runner import FleetRunner
+from services.rollout.fleet_watch import FleetWatch
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
@@ -64,7 +67,11 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 )
             metrics = metrics_holder["metrics"]
 
+            # The follower below is what knows where the live weights are (for servers behind them).
+            watch = FleetWatch.for_settings(settings, ctx.policy.state, client, lambda: follower.event)
+
             async def on_version(version: int) -> None:
+                watch.wake()  # the servers' versions must be checked against the new one
                 metrics.version.labels("rollout").set(version)
                 await admission.set_version(version)
 
@@ -78,6 +85,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 on_consumed=admission.set_consumed,
             )
             await follower.start()
+            await watch.refresh()  # who is there before the first episode asks
             await on_version(ctx.policy.state.version)
             if admission.capacity < 0:
                 log.warning(
@@ -91,6 +99,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                     },
                 )
             publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
+            runner = FleetRunner(settings, ctx, watch.fleet, answers=watch.answers)
             producer = Producer(
                 settings,
                 ctx,
@@ -100,11 +109,13 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 metrics=metrics,
                 embed=make_embedder(settings.embedder),
                 prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs),
+                fleet=runner,
             )
             app.state.producer, app.state.redis = producer, client
             tasks = [
                 asyncio.create_task(follower.run(), name="weights"),
                 asyncio.create_task(producer.run(), name="producer"),
+                asyncio.create_task(watch.run(), name="fleet"),
             ]
             app.state.tasks = tasks
             log.info(
@@ -122,6 +133,8 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                await runner.aclose()
+                await watch.aclose()
                 client.close()
 
     def task_state(name: str) -> str:
@@ -138,6 +151,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
             "redis": lambda: app.state.redis.ping() and "ok",
             "producer": lambda: task_state("producer"),
             "weights": lambda: task_state("weights"),
+            "fleet": lambda: task_state("fleet"),
         },
     )
     metrics_holder["metrics"] = RolloutMetrics(registry)

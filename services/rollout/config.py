@@ -19,6 +19,7 @@ from recipes.search_r1 import SearchR1Params
 from recipes.single_turn import SingleTurnParams
 from recipes.tool_agent import ToolAgentParams
 from shared.contract import contract_field, contract_names
+from shared.server_registry import DEFAULT_PREFIX
 from shared.settings import ServiceSettings, service_config
 
 
@@ -60,6 +61,47 @@ class RolloutSettings(
     admission_key: str = contract_field("admission_key")
     published_key: str = contract_field("published_key")
     inference_url: str = Field("http://127.0.0.1:8002", description="Policy inference server (vLLM API)")
+    inference_urls: list[str] = Field(
+        default_factory=list,
+        description="More policy servers beside inference_url: episodes go to the least loaded one serving the "
+        "live weights, each episode on one server for all its turns (services.rollout.fleet)",
+    )
+    servers_key: str = Field(
+        DEFAULT_PREFIX,
+        description="Redis key prefix under which policy servers announce themselves (inference's redis_url + "
+        "advertise_url); those announced join the fleet, those gone leave it ('': only the listed servers)",
+    )
+    fleet_probe_s: float = Field(
+        2.0,
+        gt=0,
+        description="How often the fleet's servers are probed (up? which weight version?) and the "
+        "announcements read; a weight update probes at once",
+    )
+    episode_attempts: int = Field(
+        2,
+        ge=1,
+        description="Tries of one episode, each on another server, when its server fails mid-episode "
+        "(refused, dropped, timed out, 502/503/504/429 after the client's retries); the failed try is "
+        "discarded whole, then the group fails as an inference outage",
+    )
+    sync_weights: bool = Field(
+        True,
+        description="Load the live weights (the path on the weights stream) into a server that is up but "
+        "behind, e.g. one that joined or restarted after the trainer loaded them; needs the control token "
+        "(CODA_CONTROL_TOKEN) for a server on another host. false: such a server waits for someone else to load it",
+    )
+    keep_adapters: int = Field(
+        3,
+        ge=1,
+        description="With sync_weights under LoRA: adapters kept loaded on a server the rollout loads into, "
+        "newest first (the trainer's keep_weights; older ones are unloaded, as a server holds max_loras)",
+    )
+    server_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long an episode waits for a server that is up and serves the live weights before "
+        "it fails as an inference outage (503)",
+    )
     model_name: str = contract_field("served_model_name")
     frozen_model_name: str | None = Field(None, description="Served name of the frozen worker (default: model_name)")
     tokenizer: str = Field("", description="Tokenizer directory of the served model ('char': the test tokenizer)")

@@ -7,6 +7,9 @@ retriever, searcher or Redis down, timing out or answering 502/503/504/429) the 
 counted, and admission pauses until the dependency answers again (``services.rollout.outage``). Otherwise
 the failure counts against the prompt, which is dropped, with an error log, after ``max_prompt_failures``
 failures without a success in between. The loop itself never stops on an episode error.
+
+With a fleet of policy servers (``services.rollout.fleet_runner``) each episode runs on one server, and one
+whose server fails mid-episode starts over on another before its group counts as failed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from recipes.datasets import PromptRecord
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
+from services.rollout.fleet_runner import FleetRunner
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import build_group, combine_group, score_episode
@@ -31,7 +35,7 @@ from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
 from shared.staleness import group_staleness
 from shared.stream import StreamQueue
-from shared.transient import classify
+from shared.transient import Failure, classify
 
 log = get_logger(__name__)
 
@@ -101,8 +105,10 @@ class Producer:
         metrics: RolloutMetrics,
         prompts: PromptQueue,
         embed: Embedder,
+        fleet: FleetRunner | None = None,
     ) -> None:
         self.s, self.ctx, self.publisher, self.r = settings, ctx, publisher, client
+        self.fleet = fleet  # None: every episode on ``ctx`` as built (one server, no leases)
         self.admission, self.metrics, self.prompts, self.embed = admission, metrics, prompts, embed
         self.stats = Stats()
         self.failures: Counter[str] = Counter()  # by ``Failure.label``, the metric's ``cause``
@@ -152,8 +158,14 @@ class Producer:
 
     async def _episode(self, record: PromptRecord) -> tuple[Episode, float]:
         start = time.perf_counter()
-        episode = await self.s.agent_spec.run(self.ctx, record)
+        if self.fleet is not None:
+            episode = await self.fleet.run(record)
+        else:
+            episode = await self.s.agent_spec.run(self.ctx, record)
         return episode, time.perf_counter() - start
+
+    def _classify(self, exc: BaseException) -> Failure:
+        return self.fleet.classify(exc) if self.fleet is not None else classify(exc, self.services)
 
     async def _answers(self, dependency: str) -> bool:
         """The gate's probe: does ``dependency`` answer again?"""
@@ -162,6 +174,8 @@ class Producer:
                 return bool(await asyncio.to_thread(self.r.ping))
             except redis.RedisError:
                 return False
+        if dependency == "inference" and self.fleet is not None and self.fleet.answers is not None:
+            return await self.fleet.answers()
         return await http_answers(self.services[dependency])
 
     async def _group(self, record: PromptRecord, version: int, wait_s: float) -> None:
@@ -174,7 +188,7 @@ class Producer:
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
                 # One outage error means the group met the outage; blame that, not the prompt.
-                outages = [e for e in errors if outage_dependency(classify(e, self.services))]
+                outages = [e for e in errors if outage_dependency(self._classify(e))]
                 self._failed(record, (outages or errors)[0], start)
                 return
             try:
@@ -224,7 +238,7 @@ class Producer:
         self.metrics.version.labels("rollout").set(self.version)
 
     def _failed(self, record: PromptRecord, exc: BaseException, started: float) -> None:
-        failure = classify(exc, self.services)  # typed; its label is the metric's cause
+        failure = self._classify(exc)  # typed; its label is the metric's cause
         cause = failure.label
         self.failures[cause] += 1
         self.stats.failed += 1
@@ -271,4 +285,5 @@ class Producer:
             "queued_prompts": len(self.prompts),
             "epoch": self.prompts.epoch,
             **self.gate.status(),
+            **({"fleet": self.fleet.fleet.status()} if self.fleet is not None else {}),
         }

@@ -19,27 +19,29 @@ from shared.retriever_client import AsyncRetrieverClient
 from shared.retry import RetryPolicy
 
 
+def llm_client(settings: RolloutSettings, url: str) -> InferenceClient | AiohttpCompletions:
+    """The pooled completions client of one policy server (``llm_http`` picks the HTTP library)."""
+    policy_retry = RetryPolicy(attempts=settings.retry_attempts, backoff_s=settings.retry_backoff_s)
+    # Keep-alive for every pooled connection: with many episodes in flight, a smaller keep-alive pool
+    # closes and reopens TCP connections on every call.
+    pool = 2 * settings.max_running_groups * settings.n_samples
+    if settings.llm_http == "aiohttp":
+        return AiohttpCompletions(url, timeout_s=settings.http_timeout_s, retry=policy_retry, max_connections=pool)
+    return InferenceClient(
+        url,
+        timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
+        retry=policy_retry,
+        limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+    )
+
+
 @contextlib.asynccontextmanager
 async def agent_context(
     settings: RolloutSettings, *, greedy: bool = False, tok: TokenizerLike | None = None
 ) -> AsyncIterator[AgentContext]:
     """An ``AgentContext`` with pooled clients for ``settings.agent``; closes them on exit."""
     policy_retry = RetryPolicy(attempts=settings.retry_attempts, backoff_s=settings.retry_backoff_s)
-    # Keep-alive for every pooled connection: with many episodes in flight, a smaller keep-alive pool
-    # closes and reopens TCP connections on every call.
-    pool = 2 * settings.max_running_groups * settings.n_samples
-    llm: InferenceClient | AiohttpCompletions
-    if settings.llm_http == "aiohttp":
-        llm = AiohttpCompletions(
-            settings.inference_url, timeout_s=settings.http_timeout_s, retry=policy_retry, max_connections=pool
-        )
-    else:
-        llm = InferenceClient(
-            settings.inference_url,
-            timeout=httpx.Timeout(settings.http_timeout_s, connect=10.0),
-            retry=policy_retry,
-            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
-        )
+    llm = llm_client(settings, settings.inference_url)
     needs = settings.agent_spec.needs
     retriever = (
         AsyncRetrieverClient(

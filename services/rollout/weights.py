@@ -40,6 +40,7 @@ class WeightFollower:
         self.marks = AdmissionMarks(client, admission_key)  # read only: the trainer writes it
         self.on_version, self.on_consumed = on_version, on_consumed
         self.last_id = "0-0"
+        self.event: WeightUpdate | None = None  # the newest event: where the live weights are (fleet sync)
 
     async def start(self) -> None:
         """Catch up: the last event on the stream (its model name), then the version key."""
@@ -67,6 +68,8 @@ class WeightFollower:
             await self.on_consumed(mark.consumed)
 
     async def apply(self, event: WeightUpdate) -> None:
+        if self.event is None or event.version >= self.event.version:
+            self.event = event
         await self._advance(event.version, event.model_name if event.kind == "lora" else None)
 
     async def _advance(self, version: int, model_name: str | None) -> None:

@@ -1,0 +1,205 @@
+"""Keeps the fleet's view of its servers fresh, and (``sync_weights``) brings servers behind up to date.
+
+Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), the watch
+
+1. reads who announced themselves in Redis (``shared.server_registry``) and makes them the fleet's members
+   beside the servers the settings list;
+2. probes each member: ``GET /v1/models`` (open on vLLM and ours) says it is up, and which weight version
+   it serves: under LoRA, the newest version whose adapter name (``policy-vN``, from the ``weights`` stream)
+   it lists, the base model counting as 0; under full reloads, ``coda_weight_info`` through
+   ``/collective_rpc`` (what the trainer asks too; a server that never loaded weights serves version 0).
+   Where that route is refused (a 4xx: a vLLM without our worker extension, or no control token for a
+   remote server) the version cannot be known and the server is taken to serve the live one: the completions
+   of our server still report the version that sampled them (``PolicyGenerator``);
+3. with ``sync_weights``, tells each server that is up but behind to load the live version from the path the
+   trainer announced (the rollout orchestrates its servers, prime-rl's shape): a LoRA adapter under its
+   ``policy-vN`` name, or a full reload, with the control token (``shared.auth``). So a server that joins or
+   restarts later catches up without the trainer knowing the fleet; the trainer still loads its own server
+   before it announces a version, so that one is never behind. Under LoRA, adapters older than the
+   ``keep_adapters`` newest are unloaded from servers the watch loads into (``max_loras`` bounds a server).
+
+How the rollout knows the live version: the weight follower (``services.rollout.weights``) moves the
+``PolicyState`` on each ``WeightUpdate``; the fleet reads that state at every pick, so servers not yet probed
+at the new version get no episode until the probe this update triggers says they serve it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import httpx
+import redis
+
+from recipes.core.llm import PolicyState
+from services.rollout.config import RolloutSettings
+from services.rollout.fleet import Fleet
+from shared.inference_client import InferenceClient, InferenceError
+from shared.log import get_logger
+from shared.protocol import WeightUpdate
+from shared.retry import RetryPolicy
+from shared.server_registry import announced
+
+log = get_logger(__name__)
+
+PROBE_TIMEOUT_S = 5.0  # a server that takes longer to list its models is not one to send episodes to
+LOAD_TIMEOUT_S = 300.0  # reading and checking a full checkpoint takes seconds to minutes
+SYNC_RETRY_S = 10.0  # between two loads into one server that failed
+
+
+class FleetWatch:
+    def __init__(
+        self,
+        fleet: Fleet,
+        state: PolicyState,
+        *,
+        redis_client: redis.Redis | None,
+        servers_key: str,
+        every_s: float,
+        live_event: Callable[[], WeightUpdate | None] = lambda: None,
+        sync_weights: bool = False,
+        keep_adapters: int = 3,
+    ) -> None:
+        self.fleet, self.state, self.r, self.key, self.every_s = fleet, state, redis_client, servers_key, every_s
+        self.live_event, self.sync_weights, self.keep_adapters = live_event, sync_weights, keep_adapters
+        self.clients: dict[str, InferenceClient] = {}  # probes and loads: one try each, the watch comes again
+        self.loads = 0  # versions this watch loaded into servers
+        self._wake = asyncio.Event()
+        self._syncing: dict[str, asyncio.Task] = {}
+        self._sync_failed: dict[str, float] = {}  # url → when a load into it last failed (retried after a pause)
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: RolloutSettings,
+        state: PolicyState,
+        redis_client: redis.Redis | None,
+        live_event: Callable[[], WeightUpdate | None] = lambda: None,
+    ) -> FleetWatch:
+        """The fleet of ``settings``' listed servers, following ``state``'s version, and its watch."""
+        fleet = Fleet([settings.inference_url, *settings.inference_urls], lambda: state.version)
+        return cls(
+            fleet,
+            state,
+            redis_client=redis_client,
+            servers_key=settings.servers_key,
+            every_s=settings.fleet_probe_s,
+            live_event=live_event,
+            sync_weights=settings.sync_weights,
+            keep_adapters=settings.keep_adapters,
+        )
+
+    def wake(self) -> None:
+        """Probe now (a weight update: the servers' versions must be checked against the new one)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Refresh every ``every_s`` or on ``wake``, until cancelled."""
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.every_s)
+                self._wake.clear()  # before the refresh: a wake during it asks for another
+                await self.refresh()
+        finally:
+            for task in self._syncing.values():
+                task.cancel()
+
+    async def refresh(self) -> None:
+        """Members from Redis, then every member probed (concurrently)."""
+        if self.r is not None and self.key:
+            try:
+                self.fleet.set_announced(await asyncio.to_thread(announced, self.r, self.key))
+            except redis.RedisError as exc:  # keep the members we know; the stream's users report the outage
+                log.warning("server announcements unreadable", extra={"error": repr(exc)[:200]})
+        await asyncio.gather(*(self._probe(url) for url in list(self.fleet.servers)))
+
+    async def answers(self) -> bool:
+        """The outage gate's probe of ``inference``: after a refresh, may any server take an episode?"""
+        await self.refresh()
+        return bool(self.fleet.eligible())
+
+    def _client(self, url: str) -> InferenceClient:
+        if url not in self.clients:
+            timeout = httpx.Timeout(LOAD_TIMEOUT_S, connect=PROBE_TIMEOUT_S)
+            self.clients[url] = InferenceClient(url, timeout=timeout, retry=RetryPolicy(attempts=1))
+        return self.clients[url]
+
+    async def _probe(self, url: str) -> None:
+        server = self.fleet.servers.get(url)
+        was_up, client = server is not None and server.up, self._client(url)
+        try:
+            ids, version = await asyncio.wait_for(self._served(client), PROBE_TIMEOUT_S)
+        # ValueError: an answer that is not the model list (another service on that port) is no server either.
+        except (InferenceError, httpx.HTTPError, TimeoutError, ValueError) as exc:
+            if was_up:
+                log.warning("policy server stopped answering", extra={"server": url, "error": repr(exc)[:200]})
+            self.fleet.observe(url, up=False)
+            return
+        if not was_up:
+            log.info("policy server answers", extra={"server": url, "version": version, "live": self.state.version})
+        self.fleet.observe(url, up=True, version=version)
+        if self.sync_weights and version < self.state.version:
+            self._start_sync(url, ids)
+
+    async def _served(self, client: InferenceClient) -> tuple[set[str], int]:
+        """The model ids ``client``'s server lists and the weight version it serves (module docstring)."""
+        ids = {card.id for card in await client.models()}
+        state = self.state
+        if state.model_name != state.base_model_name:  # LoRA: its adapters say which versions it has
+            return ids, max((v for v, name in state.history if name in ids), default=0)
+        if state.version == 0:
+            return ids, 0
+        try:
+            served = await client.served_version()
+        except InferenceError as exc:
+            if exc.status_code >= 500:
+                raise
+            return ids, state.version  # cannot be known: taken as live (module docstring)
+        return ids, served or 0
+
+    def _start_sync(self, url: str, ids: set[str]) -> None:
+        event = self.live_event()
+        if event is None or event.version != self.state.version:  # the path of the live version is unknown
+            return
+        if url in self._syncing or time.monotonic() - self._sync_failed.get(url, -SYNC_RETRY_S) < SYNC_RETRY_S:
+            return  # a load running, or one that just failed: versions published in quick succession still sync
+        task = asyncio.create_task(self._sync(url, event, ids), name=f"sync {url}")
+        self._syncing[url] = task
+        task.add_done_callback(lambda _: self._syncing.pop(url, None))
+
+    async def _sync(self, url: str, event: WeightUpdate, ids: set[str]) -> None:
+        """Load ``event``'s weights into the server at ``url``; a failure is logged and tried again later."""
+        client = self._client(url)
+        log.info("policy server behind: loading the live weights", extra={"server": url, "version": event.version})
+        try:
+            if event.kind == "lora":
+                await client.load_lora(event.model_name, event.path)
+                await self._unload_old(client, ids, event.version)
+            else:
+                await client.reload_weights(event.path, event.version)
+        except (InferenceError, httpx.HTTPError, ValueError) as exc:
+            log.warning(
+                "could not load the live weights into a policy server; trying again later",
+                extra={"server": url, "version": event.version, "error": repr(exc)[:300]},
+            )
+            self._sync_failed[url] = time.monotonic()
+            return
+        self._sync_failed.pop(url, None)
+        self.loads += 1
+        self.wake()  # probe it now: it takes episodes again from the next pick
+
+    async def _unload_old(self, client: InferenceClient, ids: set[str], version: int) -> None:
+        """Unload the adapters of versions older than the ``keep_adapters`` newest (``max_loras`` is small)."""
+        old = {name for v, name in self.state.history if v <= version - self.keep_adapters}
+        for name in sorted((old & ids) - {self.state.base_model_name}):
+            try:
+                await client.unload_lora(name)
+            except InferenceError as exc:  # gone already: nothing to free
+                log.info("adapter not unloaded", extra={"adapter": name, "reason": str(exc)[:200]})
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
