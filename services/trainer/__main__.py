@@ -2,6 +2,8 @@
 
     python -m services.trainer train --recipe configs/tiny-cpu.toml --redis-url redis://127.0.0.1:6379/0
     torchrun --nproc_per_node 2 -m services.trainer train --zero-stage 2 ...    (multi-process)
+    torchrun --nnodes 2 --node_rank 0 --nproc_per_node 1 --master_addr HOST0 --master_port 29500 \
+        -m services.trainer train ...                                             (and --node_rank 1 on HOST1)
     python -m services.trainer make-sft --model models/tiny --retriever-url http://127.0.0.1:8000 \\
         --qa data/hotpotqa/qa_supported.jsonl --out runs/sft.jsonl
 
@@ -12,6 +14,7 @@ transformers are imported only after the arguments are parsed, so ``--help`` is 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -59,7 +62,9 @@ def train(args: argparse.Namespace) -> int:
     from services.trainer.app import build_app, serve_in_thread
     from services.trainer.loop import Trainer
     from services.trainer.outage import DependencyDown
+    from services.trainer.ranks import lost_rank
 
+    log = get_logger(__name__)
     holder: dict = {}
     app, registry = build_app(lambda: holder.get("trainer"))
     stop = threading.Event()
@@ -73,13 +78,27 @@ def train(args: argparse.Namespace) -> int:
         if os.environ.get("RANK", "0") == "0":
             announce_contract(settings, trainer.patience)
         trainer.setup()
-    except DependencyDown:
-        if not stop.is_set():
+        state = trainer.run(stop)
+    except Exception as exc:
+        if isinstance(exc, DependencyDown) and stop.is_set() and not trainer.ready.is_set():
+            # Told to stop while waiting for Redis or the server at start-up: nothing was trained or lost.
+            log.warning("stopped while waiting for a dependency at start-up")
+            return 0
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
             raise
-        # Told to stop while waiting for Redis or the server at start-up: nothing was trained, nothing is lost.
-        get_logger(__name__).warning("stopped while waiting for a dependency at start-up")
-        return 0
-    state = trainer.run(stop)
+        if lost_rank(exc):
+            log.error(
+                "another rank died, hangs or is unreachable (a collective failed or waited collective_timeout_s): "
+                "the job stops; start the same command on every node to resume from the last checkpoint",
+                extra={"rank": os.environ.get("RANK"), "error": f"{type(exc).__name__}: {exc}"[:400]},
+            )
+        else:
+            log.exception("this rank failed: the job stops", extra={"rank": os.environ.get("RANK")})
+        # Not the interpreter's teardown: it can wait forever on the process group's threads (work a gone peer
+        # never matches), and torchrun only acts once this process has exited. Its exit ends the other ranks'
+        # collectives at once; torchrun then stops this node's other ranks.
+        logging.shutdown()
+        os._exit(1)
     print(f"trained {state.step} steps, policy version {state.version}")
     return 0
 

@@ -9,6 +9,10 @@ been acknowledged yet (the ack follows the save); after a restart they are ackno
 That, not a list of every group ever trained, is what keeps training exactly-once: the state counts the
 groups and names only the most recent ``RECENT_GROUPS`` of them, so a checkpoint stays the same size however
 long the run.
+
+Several ranks write one checkpoint together (each its optimizer shard and RNG state), so ``checkpoint_dir``
+must be one folder all of them see (a shared filesystem across hosts; ``check_shared`` refuses to start
+otherwise), and a ZeRO-partitioned checkpoint resumes with the world size that wrote it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import random
 import re
 import shutil
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -52,6 +57,7 @@ class TrainState:
     dropped_stale: int = 0  # samples dropped for staleness
     red: dict = field(default_factory=dict)  # RED state (entropy EMAs), as the RED module serialises it
     sft_cursor: int = 0  # next demonstration in the SFT dataset
+    world: int | None = None  # ranks that wrote it (None: a checkpoint from before this was recorded)
 
     def record_groups(self, group_ids: list[str]) -> None:
         """Count the groups of one step and remember their ids, forgetting the oldest beyond the window."""
@@ -136,6 +142,7 @@ def save(engine, state: TrainState, root: str | Path, keep: int, rank: int, worl
     torch.save(rng_state(), tmp / f"rng-{rank}.pt")
     _barrier(world)
     if rank == 0:
+        state.world = world
         (tmp / "state.json").write_text(state.to_json())
         _fsync_tree(tmp)
         faults.point("mid_checkpoint")
@@ -152,8 +159,14 @@ def save(engine, state: TrainState, root: str | Path, keep: int, rank: int, worl
     return final
 
 
-def load(engine, path: Path, rank: int) -> TrainState:
+def load(engine, path: Path, rank: int, world: int = 1) -> TrainState:
     """Restore ``engine`` (model, optimizer, scheduler) and this rank's RNG from ``path``; returns the state."""
+    state = TrainState.from_json((path / "state.json").read_text())
+    if state.world not in (None, world) and engine.zero_optimization_stage() > 0:
+        raise ValueError(
+            f"{path} was written by {state.world} ranks with ZeRO stage {engine.zero_optimization_stage()}, whose "
+            f"optimizer state is partitioned by rank: resume it with {state.world} ranks, not {world}"
+        )
     lora = hasattr(engine.module.lm, "peft_config")
     load_path, _ = engine.load_checkpoint(
         str(path), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True, load_module_strict=not lora
@@ -163,9 +176,30 @@ def load(engine, path: Path, rank: int) -> TrainState:
     rng = path / f"rng-{rank}.pt"
     if rng.is_file():
         set_rng_state(torch.load(rng, weights_only=False))
-    state = TrainState.from_json((path / "state.json").read_text())
     log.info("resumed", extra={"path": str(path), "step": state.step, "version": state.version})
     return state
+
+
+def check_shared(root: str | Path, ranks) -> None:
+    """Refuse to start when some rank does not see the checkpoint folder rank 0 writes into (a host whose
+    ``checkpoint_dir`` is a local folder): its shards would be lost and the next resume would diverge.
+    ``ranks`` is the job's ``services.trainer.ranks.Ranks``; collective."""
+    if ranks.world == 1:
+        return
+    probe = Path(root) / f".ranks-{ranks.broadcast(uuid.uuid4().hex if ranks.rank == 0 else None)}"
+    if ranks.rank == 0:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+    _barrier(ranks.world)
+    missing = ranks.any(not probe.is_file())
+    _barrier(ranks.world)
+    if ranks.rank == 0:
+        probe.unlink()
+    if missing:
+        raise RuntimeError(
+            f"checkpoint_dir {root} is not one folder shared by every rank (some rank does not see what rank 0 "
+            "writes there): put it on a filesystem every host mounts at the path given to it"
+        )
 
 
 def _barrier(world: int) -> None:

@@ -154,6 +154,16 @@ class TrainerSettings(ServiceSettings):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (last K)")
     resume: Literal["auto", "never"] = Field("auto", description="auto: continue from the latest checkpoint")
 
+    # ---------------------------------------------------------------- several ranks (torchrun)
+    collective_timeout_s: float = Field(
+        600,
+        ge=10,
+        description="Several ranks: once training runs, a collective that waits this long for another rank "
+        "ends the job (a rank that died, hangs or is cut off; exit code 1), and the same command resumes "
+        "from the last checkpoint. Must exceed rank 0's longest solo work (a publish into the server); "
+        "waiting for groups is not one. Start-up waits max(this, dependency_timeout_s)",
+    )
+
     # ---------------------------------------------------------------- Redis
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the streams")
     stream: str = contract_field("stream")

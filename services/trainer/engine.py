@@ -4,6 +4,8 @@ On CPU DeepSpeed talks gloo and must not JIT-compile anything: the shared-memory
 two minutes on two cores) is switched off before init by replacing ``build_shm_op``, and the optimizer is a
 torch ``AdamW`` instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
 ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables torchrun would set, so DeepSpeed never tries MPI discovery.
+Several ranks (one host or several, see README "The trainer across hosts") wait for each other up to the
+timeout given here while starting; the loop then bounds collectives tighter (``services.trainer.ranks``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import importlib
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 from torch import nn
@@ -26,8 +29,9 @@ from shared.redis_server import free_port
 log = get_logger(__name__)
 
 
-def init_distributed() -> torch.device:
-    """Join (or create) the process group; returns this rank's device."""
+def init_distributed(timeout_s: float | None = None) -> torch.device:
+    """Join (or create) the process group, whose collectives wait at most ``timeout_s`` (None: DeepSpeed's
+    default, 10 minutes); returns this rank's device."""
     if "RANK" not in os.environ:  # a lone process, not launched by torchrun/deepspeed
         os.environ.update(
             RANK="0",
@@ -45,7 +49,8 @@ def init_distributed() -> torch.device:
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     cuda = torch.cuda.is_available()
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        kwargs = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", **kwargs)
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)

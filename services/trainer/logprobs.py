@@ -152,6 +152,11 @@ class PolicyLogprobs(nn.Module):
         if logps:
             logp = logp.masked_scatter(where, torch.cat(logps))
             ent = ent.masked_scatter(where, torch.cat(ents))
+        elif torch.is_grad_enabled():
+            # Nothing selected (the padding batch of a rank with fewer micro-batches, ``packing.empty_batch``):
+            # a zero that still reaches the decoder and the head, so the loss has a graph (DeepSpeed's backward
+            # refuses one without) and every weight's gradient hook fires on every rank alike.
+            logp = logp + head(hidden[:, :1]).sum() * 0.0
         return logp, ent
 
 

@@ -12,7 +12,9 @@ checkpoint, and the admission mark tells the rollout to start new ones, so a sta
 A crash before 2 loses the step's effect and its groups are still pending: they are trained again. A crash
 between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
 
-Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks.
+Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks; the
+ranks agree on when to stop, and a lost rank ends the job within ``collective_timeout_s``
+(``services.trainer.ranks``).
 Their outages are waited out (``services.trainer.outage``: retries with backoff, logged); only one that outlasts
 ``dependency_timeout_s`` ends the run. Stopping needs neither: the checkpoint is written first, the ack is
 tried briefly and otherwise left to the next start (the checkpoint's ``covered`` list), and a publish that
@@ -36,6 +38,7 @@ from services.trainer.engine import build_engine, init_distributed, load_referen
 from services.trainer.observe import Observer
 from services.trainer.outage import DependencyDown, Patience, Patient
 from services.trainer.publish import Publisher
+from services.trainer.ranks import Ranks, set_collective_timeout
 from services.trainer.rl.advantages import trajectory_advantages
 from services.trainer.rl.red import REDConfig, REDState, REDWeights, planner_accuracy, red_weights
 from services.trainer.server_watch import ServerWatch
@@ -71,12 +74,17 @@ class Trainer:
     # ---------------------------------------------------------------- setup
     def setup(self) -> None:
         s = self.s
-        self.device = init_distributed()
+        # Start-up may wait for Redis or the server on rank 0 (dependency_timeout_s): the others wait as long.
+        startup_s = max(s.collective_timeout_s, s.dependency_timeout_s)
+        self.device = init_distributed(startup_s)
         random.seed(s.seed)
         np.random.seed(s.seed)
         torch.manual_seed(s.seed)
         self.eng = build_engine(s, self.device)
         self.rank0 = self.eng.rank == 0
+        self.ranks = Ranks(self.eng.rank, self.eng.world)
+        if self.eng.world > 1:
+            set_collective_timeout(startup_s)  # DeepSpeed's own groups too (they got the backend's default)
         self.ref = load_reference(s, self.device, param_dtype(s, self.device))
         self.objective = Objective(s)
         self.red_cfg = REDConfig(
@@ -133,9 +141,11 @@ class Trainer:
             admission_key=s.admission_key,
         )
         self.state, self.red = checkpoint.TrainState(), REDState()
-        path = checkpoint.latest(s.checkpoint_dir) if s.resume == "auto" else None
+        checkpoint.check_shared(s.checkpoint_dir, self.ranks)
+        # Rank 0 picks the checkpoint: every rank must resume from the same one.
+        path = self.ranks.broadcast(checkpoint.latest(s.checkpoint_dir) if s.resume == "auto" else None)
         if path is not None:
-            self.state = checkpoint.load(self.eng.engine, path, self.eng.rank)
+            self.state = checkpoint.load(self.eng.engine, path, self.eng.rank, self.eng.world)
             self.red = REDState.from_dict(self.state.red) if self.state.red else REDState()
         if self.rank0:
             vocab = self.eng.lm.get_input_embeddings().num_embeddings
@@ -149,11 +159,14 @@ class Trainer:
             if self.rank0 and s.inference_url and s.server_check_s > 0
             else None
         )
+        if self.eng.world > 1:
+            # Start-up waited longer (see engine.init_distributed); from here on a silent rank is a lost one.
+            set_collective_timeout(s.collective_timeout_s)
         self.ready.set()
 
     def _sync_server(self) -> None:
         """Make the server and Redis serve exactly the weights we hold, under a version that only grows."""
-        live, highest = self._broadcast(
+        live, highest = self.ranks.broadcast(
             (self.publisher.live_version(), self.publisher.highest_version()) if self.rank0 else None
         )
         if highest is not None and highest > self.state.version:
@@ -170,11 +183,14 @@ class Trainer:
         if stop is not None:
             self.stop = self.patience.stop = stop
         stop, s = self.stop, self.s
-        while not stop.is_set() and (s.max_steps == 0 or self.state.step < s.max_steps):
+        while s.max_steps == 0 or self.state.step < s.max_steps:
+            if self.ranks.any(stop.is_set()):
+                break
             if s.sft_only:
                 self._train_sft_only()
                 continue
-            entries = self._broadcast(self.reader.collect(s.groups_per_step, stop) if self.rank0 else None)
+            read = (lambda: self.reader.collect(s.groups_per_step, stop)) if self.rank0 else None
+            entries = self.ranks.gather_work(read, stop)
             if len(entries) < s.groups_per_step:
                 break  # stopping
             try:
@@ -188,7 +204,7 @@ class Trainer:
                     "stopping while a dependency is down: the step's publishing is left to the next start",
                     extra={"step": self.state.step, "version": self.state.version},
                 )
-                break
+                continue  # every rank leaves the loop at its next check, which sees rank 0's stop
         if self.unacked or (s.sft_only and self.state.step != self.saved_step):
             self._checkpoint()  # stopping between checkpoints: make the trained steps durable (then ack them)
         if self.rank0:
@@ -350,7 +366,7 @@ class Trainer:
         sample = None
         if self.rank0:
             sample = server_sample(self.client, self.last_publish.model_name, prompt, self.s.sync_tokens)
-        tokens, server_logprobs = self._broadcast(sample)
+        tokens, server_logprobs = self.ranks.broadcast(sample)
         diff = max_abs_diff(self.eng, prompt, tokens, server_logprobs)
         log.info("sync check", extra={"version": self.state.version, "max_abs_diff": diff})
         if self.rank0 and (warning := mismatch_warning(diff, self.s.sync_tolerance, self.last_publish.model_name)):
@@ -367,10 +383,3 @@ class Trainer:
             result, self.state, seconds, red=red, rollouts=rollouts, publish=publish, sync_diff=self.sync_diff
         )
         self.observer.record(rec)
-
-    def _broadcast(self, obj):
-        if self.eng.world == 1:
-            return obj
-        box = [obj]
-        torch.distributed.broadcast_object_list(box, src=0)
-        return box[0]
