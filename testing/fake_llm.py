@@ -1,7 +1,8 @@
 """A scripted stand-in for the policy server that speaks vLLM's ``/v1/completions`` shape.
 
 It exists for what the real model cannot give: exact, prepared turns (protocol tests) and a fixed latency
-per call (the rollout benchmark). A *script* decides each reply from the decoded prompt; the server then
+per call or per generated token, with a cap on the requests served at once like vLLM's ``max_num_seqs``
+(the rollout and fleet benchmarks). A *script* decides each reply from the decoded prompt; the server then
 behaves like vLLM: the reply is cut after the first stop string (kept in ``text``, as with
 ``include_stop_str_in_output``), otherwise EOS is appended; the generation is capped at ``max_tokens``
 (``finish_reason="length"``); ids come back in ``token_ids`` and as ``token_id:N`` logprob tokens with
@@ -14,6 +15,7 @@ episodes run end to end without a model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
@@ -68,6 +70,9 @@ class FakeLLM:
     requests: int = 0  # completion requests received over HTTP, failed ones included
     calls: list[FakeCall] = field(default_factory=list)
     loras: dict[str, str] = field(default_factory=dict)
+    token_delay_s: float = 0.0  # added per generated token, after the reply is made (a decode step's time)
+    max_num_seqs: int | None = None  # requests served at once (vLLM's max_num_seqs); more wait. None: no cap
+    load_delay_s: float = 0.0  # added to every adapter load (the time a real server takes to read one)
     _failures: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -148,17 +153,24 @@ class FakeLLM:
         async def health() -> dict:
             return {"status": "ok", "service": "fake-llm"}
 
+        # Made here, in the server's own event loop; a request holds a slot for its whole latency.
+        slots = asyncio.Semaphore(self.max_num_seqs) if self.max_num_seqs else contextlib.nullcontext()
+
         @app.post("/v1/completions")
         async def completions(request: Request) -> Response:
             self.requests += 1
             try:
                 req = CompletionRequest.model_validate_json(await request.body())
-                if self.delay_s:
-                    await asyncio.sleep(self.delay_s)
-                status = self._take_failure()
-                if status is not None:
-                    raise ApiError("injected failure", status, "InternalServerError")
-                return Response(self.complete(req).model_dump_json(), media_type="application/json")
+                async with slots:
+                    if self.delay_s:
+                        await asyncio.sleep(self.delay_s)
+                    status = self._take_failure()
+                    if status is not None:
+                        raise ApiError("injected failure", status, "InternalServerError")
+                    response = self.complete(req)
+                    if self.token_delay_s:
+                        await asyncio.sleep(self.token_delay_s * response.usage.completion_tokens)
+                return Response(response.model_dump_json(), media_type="application/json")
             except ValidationError as exc:
                 return JSONResponse(error_body(f"invalid completion request: {exc.errors()[:3]}", 400), 400)
             except ApiError as exc:
@@ -171,8 +183,18 @@ class FakeLLM:
         @app.post("/v1/load_lora_adapter")
         async def load_lora(request: Request) -> str:
             body = await request.json()
+            if self.load_delay_s:
+                await asyncio.sleep(self.load_delay_s)
             self.loras[body["lora_name"]] = body.get("lora_path", "")
             return f"Success: LoRA adapter '{body['lora_name']}' added successfully."
+
+        @app.post("/v1/unload_lora_adapter")
+        async def unload_lora(request: Request) -> Response:
+            name = (await request.json())["lora_name"]
+            if self.loras.pop(name, None) is None:
+                message = f"The lora adapter '{name}' cannot be found."
+                return JSONResponse(error_body(message, 404, "NotFoundError"), 404)
+            return Response(f"Success: LoRA adapter '{name}' removed successfully.", media_type="text/plain")
 
         return app
 
@@ -237,6 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--port", type=int, default=8002, help="port on 127.0.0.1 (default 8002)")
     p.add_argument("--delay-ms", type=float, default=0.0, help="fixed latency added to every completion")
+    p.add_argument("--token-delay-ms", type=float, default=0.0, help="latency added per generated token")
+    p.add_argument("--max-num-seqs", type=int, default=0, help="completions served at once, like vLLM's (0: no cap)")
+    p.add_argument("--load-delay-ms", type=float, default=0.0, help="latency added to every LoRA adapter load")
     p.add_argument("--no-record", action="store_true", help="do not keep requests in memory (long runs)")
     p.add_argument(
         "--tokenizer",
@@ -246,7 +271,13 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     configure_logging()
     fake = FakeLLM(
-        load_tokenizer(args.tokenizer), protocol_script, delay_s=args.delay_ms / 1000, record=not args.no_record
+        load_tokenizer(args.tokenizer),
+        protocol_script,
+        delay_s=args.delay_ms / 1000,
+        token_delay_s=args.token_delay_ms / 1000,
+        max_num_seqs=args.max_num_seqs or None,
+        load_delay_s=args.load_delay_ms / 1000,
+        record=not args.no_record,
     )
     uvicorn.run(fake.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
