@@ -68,6 +68,32 @@ def trainer_env(**faults: str) -> dict[str, str]:
     return env
 
 
+def trainer_args(tmp: Path, model: Path, url: str, *extra: str) -> list[str]:
+    """The trainer's command line of these tests: ``model``, Redis at ``url``, checkpoints, weights and logs
+    under ``tmp``, any free port, tiny micro-batches, short Redis reads, no staleness limit; then ``extra``."""
+    return [
+        "--model",
+        str(model),
+        "--redis-url",
+        url,
+        "--checkpoint-dir",
+        str(tmp / "ckpt"),
+        "--weights-dir",
+        str(tmp / "w"),
+        "--log-dir",
+        str(tmp / "logs"),
+        "--port",
+        "0",
+        "--micro-batch-tokens",
+        "48",
+        "--read-block-ms",
+        "100",
+        "--max-staleness",
+        "1000",
+        *extra,
+    ]
+
+
 def start_trainer(args: list[str], log: Path, **env: str) -> subprocess.Popen:
     with open(log, "ab") as fh:
         return subprocess.Popen(

@@ -20,33 +20,18 @@ FAULTS = ["mid_step:3", "mid_checkpoint:2", "before_ack:2", "before_publish:1"]
 
 
 def _args(tmp, model, sft, url) -> list[str]:
-    return [
-        "--model",
-        str(model),
-        "--redis-url",
+    return h.trainer_args(
+        tmp,
+        model,
         url,
         "--groups-per-step",
         str(PER_STEP),
         "--max-steps",
         str(STEPS),
-        "--checkpoint-dir",
-        str(tmp / "ckpt"),
-        "--weights-dir",
-        str(tmp / "w"),
-        "--log-dir",
-        str(tmp / "logs"),
-        "--port",
-        "0",
         "--sft-data",
         str(sft),
-        "--micro-batch-tokens",
-        "48",
         "--lr",
         "1e-3",
-        "--read-block-ms",
-        "100",
-        "--max-staleness",
-        "1000",
         "--keep-checkpoints",
         "2",
         "--kl-coef",
@@ -55,7 +40,7 @@ def _args(tmp, model, sft, url) -> list[str]:
         # checkpoint holds yet: both recovery paths get exercised.
         "--checkpoint-every",
         "2",
-    ]
+    )
 
 
 def _kill_at_random(proc, tmp, rng) -> int:

@@ -33,10 +33,9 @@ START_S = 900  # two nodes starting (imports, DeepSpeed, rendezvous) on a loaded
 
 
 def _args(tmp: Path, model: Path, url: str) -> list[str]:
-    return [
-        "--model",
-        str(model),
-        "--redis-url",
+    return h.trainer_args(
+        tmp,
+        model,
         url,
         "--zero-stage",
         "2",
@@ -44,23 +43,9 @@ def _args(tmp: Path, model: Path, url: str) -> list[str]:
         str(PER_STEP),
         "--max-steps",
         str(STEPS),
-        "--checkpoint-dir",
-        str(tmp / "ckpt"),
-        "--weights-dir",
-        str(tmp / "w"),
-        "--log-dir",
-        str(tmp / "logs"),
-        "--port",
-        "0",
-        "--micro-batch-tokens",
-        "48",
-        "--read-block-ms",
-        "100",
-        "--max-staleness",
-        "1000",
         "--collective-timeout-s",
         str(TIMEOUT_S),
-    ]
+    )
 
 
 def _nodes(args: list[str], tmp: Path) -> list[subprocess.Popen]:

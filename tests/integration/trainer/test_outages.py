@@ -32,27 +32,7 @@ def own_redis(tmp_path):
 
 
 def _args(tmp, model, url: str, *extra: str) -> list[str]:
-    return [
-        "--model",
-        str(model),
-        "--redis-url",
-        url,
-        "--checkpoint-dir",
-        str(tmp / "ckpt"),
-        "--weights-dir",
-        str(tmp / "w"),
-        "--log-dir",
-        str(tmp / "logs"),
-        "--port",
-        "0",
-        "--micro-batch-tokens",
-        "48",
-        "--read-block-ms",
-        "100",
-        "--max-staleness",
-        "1000",
-        *extra,
-    ]
+    return h.trainer_args(tmp, model, url, *extra)
 
 
 def _publish(client, rng: random.Random, first: int, n: int) -> list[str]:
