@@ -35,7 +35,7 @@ import redis
 
 from recipes.core.llm import PolicyState
 from services.rollout.config import RolloutSettings
-from services.rollout.fleet import Fleet
+from services.rollout.fleet import Fleet, Server
 from shared.inference_client import InferenceClient, InferenceError
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
@@ -134,6 +134,12 @@ class FleetWatch:
             ids, version = await asyncio.wait_for(self._served(client), PROBE_TIMEOUT_S)
         # ValueError: an answer that is not the model list (another service on that port) is no server either.
         except (InferenceError, httpx.HTTPError, TimeoutError, ValueError) as exc:
+            if busy_not_down(server, exc):
+                # A server with episodes running that is slow to list its models is busy, not gone: marking it
+                # down would starve its own queue (nothing else to pick at N = 1) until a probe gets through.
+                # If it is gone, its episodes' requests fail and mark it down (``Fleet.failed``).
+                log.debug("probe timed out on a busy policy server", extra={"server": url})
+                return
             if was_up:
                 log.warning("policy server stopped answering", extra={"server": url, "error": repr(exc)[:200]})
             self.fleet.observe(url, up=False)
@@ -203,3 +209,13 @@ class FleetWatch:
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()
+
+
+def busy_not_down(server: Server | None, exc: BaseException) -> bool:
+    """A probe that timed out on a server that is up with episodes outstanding: it keeps its state.
+
+    Only a timeout (a refused connection or an error answer still means down), and only while episodes run
+    there: an idle server that cannot answer in ``PROBE_TIMEOUT_S`` is not one to send episodes to.
+    """
+    timed_out = isinstance(exc, TimeoutError | httpx.TimeoutException)
+    return timed_out and server is not None and server.up and server.outstanding > 0

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
+
 from services.rollout.fleet import Fleet, Server, pick
+from services.rollout.fleet_watch import busy_not_down
 
 A, B, C = "http://a:8002", "http://b:8002", "http://c:8002"
 
@@ -117,3 +120,13 @@ async def test_acquire_gives_up_after_the_wait_and_at_once_when_every_server_is_
     start = loop.time()
     assert await fleet.acquire(exclude={A, B}, timeout_s=5) is None
     assert loop.time() - start < 0.5
+
+
+def test_a_probe_timeout_marks_only_an_idle_or_down_server_down():
+    busy, idle, down = ready(A, outstanding=3), ready(B), Server(C, up=False, version=0, outstanding=2)
+    assert busy_not_down(busy, TimeoutError())  # asyncio.wait_for's timeout
+    assert busy_not_down(busy, httpx.ReadTimeout("slow"))
+    assert not busy_not_down(busy, httpx.ConnectError("refused"))  # gone, however busy it was
+    assert not busy_not_down(idle, TimeoutError())
+    assert not busy_not_down(down, TimeoutError())
+    assert not busy_not_down(None, TimeoutError())  # it left while the probe ran
