@@ -4,17 +4,24 @@ on every run: the weight sync through our worker extension, the recorded shapes,
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from recipes.core.llm import PolicyState
 from services.inference.config import InferenceSettings
-from shared.inference_client import SyncInferenceClient
+from services.rollout.fleet import Fleet
+from services.rollout.fleet_watch import FleetWatch
+from shared.inference_client import InferenceClient, InferenceError, SyncInferenceClient
+from shared.protocol import WeightUpdate
 from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread
 from tests.live_vllm import running_vllm
@@ -69,6 +76,55 @@ def test_weight_sync_through_the_worker_extension(vllm_url, tiny_model, perturbe
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [r["step"] for r in rows] == ["base", "reload", "lora", "restore"] and all(r["ok"] for r in rows)
+
+
+async def test_the_rollouts_fleet_brings_a_vllm_behind_to_the_live_version(
+    vllm_url, tiny_model, perturbed, lora_adapter
+):
+    """The fleet's sync and probe against vLLM (issue 28 item 2): the rollout loads the live LoRA adapter and
+    then a full reload into a vLLM that is behind, and reads back the version it serves (adapter names in
+    ``/v1/models``; ``coda_weight_info`` through the worker extension); the base weights come back after."""
+    async with InferenceClient(vllm_url) as client:
+        start = await client.served_version() or 0
+        state = PolicyState()
+        fleet = Fleet([vllm_url], lambda: state.version)
+        events: list[WeightUpdate] = []
+        watch = FleetWatch(
+            fleet,
+            state,
+            redis_client=None,
+            servers_key="",
+            every_s=60,
+            live_event=lambda: events[-1],
+            sync_weights=True,
+        )
+
+        async def publish(version: int, kind: str, name: str, path: Path) -> None:
+            state.advance(version, name if kind == "lora" else None)
+            events.append(
+                WeightUpdate(version=version, kind=kind, model_name=name, path=str(path), step=version, created_at=0)
+            )
+            deadline = time.monotonic() + 120
+            while fleet.servers[vllm_url].version != version:
+                assert time.monotonic() < deadline, f"vLLM never served version {version}: {fleet.status()}"
+                await watch.refresh()  # starts the load into the server behind, then sees it served
+                await asyncio.sleep(0.2)
+            assert fleet.eligible() == [fleet.servers[vllm_url]]
+
+        try:
+            await watch.refresh()  # live version 0: the base model, served by any server that answers
+            assert fleet.servers[vllm_url].up and fleet.servers[vllm_url].version == 0
+            await publish(start + 1, "lora", f"policy-v{start + 1}", lora_adapter[0])
+            assert f"policy-v{start + 1}" in {card.id for card in await client.models()}
+            # a full-weight version (the base name again): its version comes from the worker extension
+            await publish(start + 2, "full", "policy", perturbed[0])
+            assert await client.served_version() == start + 2
+            assert watch.loads == 2
+        finally:
+            await watch.aclose()
+            with contextlib.suppress(InferenceError):
+                await client.unload_lora(f"policy-v{start + 1}")
+            await client.reload_weights(str(tiny_model), start + 3)
 
 
 def test_fresh_recordings_pass_the_contract_suite(vllm_url, tiny_model, lora_adapter, tmp_path):
