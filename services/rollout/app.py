@@ -20,7 +20,7 @@ from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
 from services.rollout.fleet_runner import FleetRunner
 from services.rollout.fleet_watch import FleetWatch
-from services.rollout.metrics import RolloutMetrics
+from services.rollout.metrics import FleetCollector, RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
 from services.rollout.weights import WeightFollower
@@ -69,6 +69,8 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
 
             # The follower below is what knows where the live weights are (for servers behind them).
             watch = FleetWatch.for_settings(settings, ctx.policy.state, client, lambda: follower.event)
+            fleet_metrics = FleetCollector(watch.fleet.status)
+            metrics.registry.register(fleet_metrics)
 
             async def on_version(version: int) -> None:
                 watch.wake()  # the servers' versions must be checked against the new one
@@ -135,6 +137,7 @@ def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await runner.aclose()
                 await watch.aclose()
+                metrics.registry.unregister(fleet_metrics)
                 client.close()
 
     def task_state(name: str) -> str:

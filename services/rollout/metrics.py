@@ -4,7 +4,10 @@ updates them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
 
@@ -55,3 +58,35 @@ class RolloutMetrics:
             "coda_rollout_paused_seconds_total", "Seconds new groups were paused for dependency outages", registry=r
         )
         self.version = Gauge(POLICY_VERSION, "Policy version the rollout samples with", ["service"], registry=r)
+
+
+class FleetCollector:
+    """Per policy server of the fleet (label ``server``, its URL), read from ``status()`` at each scrape (the
+    fleet's own counters: nothing on the episode path updates a metric): up, weight version served (-1 while
+    unprobed), episodes running there now, and episodes given and failed there so far."""
+
+    def __init__(self, status: Callable[[], dict]) -> None:
+        self.status = status  # ``Fleet.status``
+
+    def collect(self) -> Iterator[Metric]:
+        servers = self.status()["servers"]
+        up = GaugeMetricFamily("coda_rollout_server_up", "1 while the policy server answers", labels=["server"])
+        version = GaugeMetricFamily(
+            "coda_rollout_server_version", "Weight version the policy server serves (-1: not probed)", labels=["server"]
+        )
+        running = GaugeMetricFamily(
+            "coda_rollout_server_outstanding_episodes", "Episodes running on the policy server", labels=["server"]
+        )
+        episodes = CounterMetricFamily(
+            "coda_rollout_server_episodes", "Episodes given to the policy server (restarts included)", labels=["server"]
+        )
+        failures = CounterMetricFamily(
+            "coda_rollout_server_failures", "Episodes that failed on the policy server", labels=["server"]
+        )
+        for url, s in servers.items():
+            up.add_metric([url], float(s["up"]))
+            version.add_metric([url], -1.0 if s["version"] is None else float(s["version"]))
+            running.add_metric([url], float(s["outstanding"]))
+            episodes.add_metric([url], float(s["episodes"]))
+            failures.add_metric([url], float(s["failures"]))
+        yield from (up, version, running, episodes, failures)

@@ -1,6 +1,6 @@
 """Which Prometheus series our code exports, collected from the source, and which PromQL uses.
 
-Every ``Counter/Gauge/Histogram/Summary/Info/Enum(...)`` call under ``services/`` and ``shared/`` is read
+Every ``Counter/Gauge/Histogram/Summary/Info/Enum(...)`` call (and ``Counter/GaugeMetricFamily(...)``) under ``services/`` and ``shared/`` is read
 with ``ast``; its name argument may be a literal, a module constant (also one imported from another module,
 e.g. ``shared.metrics.HTTP_REQUESTS``) or an f-string (its holes become wildcards). The series a family
 exports follow prometheus_client's rules: counters end in ``_total``; histograms add ``_bucket``/``_sum``/
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
+# Families a custom collector yields at scrape time (``services.rollout.metrics.FleetCollector``).
+COLLECTOR_KINDS = {"CounterMetricFamily": "Counter", "GaugeMetricFamily": "Gauge"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def _name_of(node: ast.expr, local: dict[str, str], everywhere: dict[str, str]) 
 def _kind(call: ast.Call) -> str | None:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    name = COLLECTOR_KINDS.get(name, name)
     return name if name in KINDS else None
 
 

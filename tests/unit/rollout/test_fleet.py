@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from prometheus_client import CollectorRegistry, generate_latest
 
 from services.rollout.fleet import Fleet, Server, pick
 from services.rollout.fleet_watch import busy_not_down
+from services.rollout.metrics import FleetCollector
 
 A, B, C = "http://a:8002", "http://b:8002", "http://c:8002"
 
@@ -130,3 +132,21 @@ def test_a_probe_timeout_marks_only_an_idle_or_down_server_down():
     assert not busy_not_down(idle, TimeoutError())
     assert not busy_not_down(down, TimeoutError())
     assert not busy_not_down(None, TimeoutError())  # it left while the probe ran
+
+
+def test_per_server_metrics_are_read_from_the_fleet_at_each_scrape():
+    fleet = fleet_of(A, B, live=[3])
+    fleet.servers["http://c:8002"] = Server("http://c:8002")  # joined, not probed yet
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(fleet.status))
+    a = fleet.lease()
+    fleet.failed(a)
+    fleet.lease()
+    text = generate_latest(registry).decode()
+    assert f'coda_rollout_server_up{{server="{A}"}} 0.0' in text  # failed: down until a probe answers
+    assert f'coda_rollout_server_up{{server="{B}"}} 1.0' in text
+    assert f'coda_rollout_server_version{{server="{B}"}} 3.0' in text
+    assert 'coda_rollout_server_version{server="http://c:8002"} -1.0' in text
+    assert f'coda_rollout_server_outstanding_episodes{{server="{A}"}} 1.0' in text
+    assert f'coda_rollout_server_episodes_total{{server="{B}"}} 1.0' in text
+    assert f'coda_rollout_server_failures_total{{server="{A}"}} 1.0' in text
