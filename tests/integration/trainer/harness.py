@@ -122,23 +122,34 @@ def optimizer_steps(root: Path) -> tuple[int, int]:
 
 
 def start_server(
-    model: Path, weights_root: Path, extra: tuple[str, ...] = (), port: int | None = None
+    model: Path,
+    weights_root: Path,
+    extra: tuple[str, ...] = (),
+    port: int | None = None,
+    *,
+    host: str = "127.0.0.1",
+    prefix: tuple[str, ...] | list[str] = (),
+    log_name: str = "server.log",
 ) -> tuple[subprocess.Popen, str]:
-    """The real CPU inference server on ``port`` (default: a free one), serving ``model`` as ``policy``."""
+    """The real CPU inference server on ``host``:``port`` (default: a free port on 127.0.0.1), serving ``model``
+    as ``policy``; ``prefix`` runs it through a wrapper (another host: ``ip netns exec NS``)."""
     from shared.redis_server import free_port
 
     port = port or free_port()
     # WARNING level: quieter test logs.
     env = {**trainer_env(), "CODA_LOG_LEVEL": "WARNING"}
-    with open(weights_root / "server.log", "ab") as fh:
+    with open(weights_root / log_name, "ab") as fh:
         proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "services.inference",
                 "serve",
                 "--model",
                 str(model),
+                "--host",
+                host,
                 "--port",
                 str(port),
                 "--served-model-name",
@@ -154,4 +165,4 @@ def start_server(
             stdout=fh,
             stderr=subprocess.STDOUT,
         )
-    return proc, f"http://127.0.0.1:{port}"
+    return proc, f"http://{host}:{port}"

@@ -48,14 +48,18 @@ def _args(tmp: Path, model: Path, url: str) -> list[str]:
     )
 
 
-def _nodes(args: list[str], tmp: Path) -> list[subprocess.Popen]:
-    """The two hosts' commands, as an operator would type them (only ``--node_rank`` differs)."""
+def _nodes(
+    args: list[str], tmp: Path, master_addr: str = "127.0.0.1", prefixes: tuple[list[str], ...] = ([], [])
+) -> list[subprocess.Popen]:
+    """The two hosts' commands, as an operator would type them (only ``--node_rank`` differs); ``prefixes``:
+    what runs each node's command on its host (``ip netns exec NS`` for a simulated one)."""
     port = free_port()
     procs = []
     for node in (0, 1):
         with open(tmp / f"node{node}.log", "ab") as fh:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node)]
-            cmd += ["--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
+            cmd = [*prefixes[node], sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+            cmd += ["--node_rank", str(node), "--nproc_per_node", "1"]
+            cmd += ["--master_addr", master_addr, "--master_port", str(port)]
             procs.append(
                 subprocess.Popen(
                     [*cmd, "-m", "services.trainer", "train", *args],
