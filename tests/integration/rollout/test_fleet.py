@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 from recipes.core.tokenizer import CharTokenizer
@@ -100,6 +101,13 @@ def problems(fake: FakeLLM) -> set[str]:
     return {c.prompt_text.split("Problem: ")[-1].split("\n")[0] for c in fake.calls if "Problem: " in c.prompt_text}
 
 
+def unfinished(fake: FakeLLM) -> set[str]:
+    """Problems whose episode ``fake`` has served a turn of but not the last one (the combining turn)."""
+    combined = [c.prompt_text for c in fake.calls if c.prompt_text.startswith("Put these partial")]
+    last = {text.split("Whole problem: ")[-1].split("\n")[0] for text in combined}
+    return problems(fake) - last
+
+
 def published(redis_client) -> list[TrajectoryGroup]:
     queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="check", consumer="t")
     queue.ensure_group()
@@ -122,15 +130,21 @@ async def test_two_servers_share_the_episodes_and_each_episode_stays_on_one(redi
 
 
 async def test_a_server_killed_mid_run_costs_no_group_and_no_episode_counts_twice(redis_server, redis_client):
-    with fake_server(delay_s=0.05) as a, fake_server(delay_s=0.05) as b:
+    # b is slow (0.5 s a request, 2 s an episode), so an episode it has begun is still running when it stops:
+    # at 0.05 s a request a loaded machine finished all of b's episodes before its listener closed (CI,
+    # 2026-11-27), and nothing was restarted.
+    with fake_server(delay_s=0.05) as a, fake_server(delay_s=0.5) as b:
         settings = settings_for(redis_server.url, [a.url, b.url], n_samples=2)
         async with fleet_producer(settings, redis_client) as (producer, _fleet, _):
             run = asyncio.create_task(producer.run(max_groups=8))
             deadline = time.monotonic() + 30
-            while len(b.calls) < 3:  # b is in the middle of episodes
+            while not unfinished(b):  # b is in the middle of an episode
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.01)
-            await asyncio.to_thread(b.server.stop)
+            # Its own thread: the event loop's default executor may be busy (a stop queued behind it came late).
+            stopper = threading.Thread(target=b.server.stop)
+            stopper.start()
+            await asyncio.to_thread(stopper.join)
             stats = await asyncio.wait_for(run, 60)
             status = producer.status()
     groups = published(redis_client)
