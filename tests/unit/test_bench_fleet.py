@@ -5,10 +5,7 @@ relies on (per-token latency, a cap on requests served at once, adapter loads an
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,18 +13,13 @@ import pytest
 from recipes.core.tokenizer import CharTokenizer
 from shared.inference_client import completion_body
 from testing.fake_llm import FakeLLM, protocol_script
-
-REPORT = Path(__file__).resolve().parents[2] / "bench" / "_fleet_report.py"
+from tests.unit.bench_module import bench_module
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("_fleet_report", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_fleet_report"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("_fleet_report", None)
+    with bench_module("_fleet_report") as module:
+        yield module
 
 
 def test_scaling_is_judged_against_n_times_one_server(report):

@@ -3,24 +3,17 @@ a run's steps, the run order, and that it rewrites only its own section of peers
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "peer_trl.py"
+from tests.unit.bench_module import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("peer_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peer_trl"] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("peer_trl", None)
+    with bench_module("peer_trl") as module:
+        yield module
 
 
 def test_our_recipe_is_the_shipped_one_with_the_task_filled_in(bench, tmp_path):

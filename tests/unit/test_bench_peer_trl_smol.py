@@ -3,26 +3,17 @@ run order, and that its section of peers.md is its own."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.unit.bench_module import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("peer_trl_smol", BENCH / "peer_trl_smol.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peer_trl_smol"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("peer_trl_smol", None)
-    sys.path.remove(str(BENCH))
+    with bench_module("peer_trl_smol", bench_on_path=True) as module:
+        yield module
 
 
 @pytest.mark.parametrize("staleness", [0, 1])

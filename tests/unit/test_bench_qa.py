@@ -3,23 +3,15 @@ and the targets judged from the intervals (a report that could not say "not met"
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPORT = Path(__file__).resolve().parents[2] / "bench" / "_qa_report.py"
+from tests.unit.bench_module import bench_module
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("_qa_report", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_qa_report"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("_qa_report", None)
+    with bench_module("_qa_report") as module:
+        yield module
 
 
 def test_bootstrap_interval_of_a_constant_is_the_constant(report):
