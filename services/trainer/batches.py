@@ -101,14 +101,18 @@ def group_check(vocab_size: int) -> Callable[[TrajectoryGroup], None]:
     return check
 
 
-def teaching(seqs: list[TrainSeq]) -> tuple[list[TrainSeq], int]:
+def teaching(seqs: list[TrainSeq], keep_one: bool = False) -> tuple[list[TrainSeq], int]:
     """The sequences whose advantage is not 0, re-indexed, and how many were left out.
 
     Without a KL or entropy term a sample with advantage 0 (every reward of its group equal, or its reward
     exactly the group's mean) has no gradient: its forward and backward would cost as much as any other
     sample's and teach nothing (DAPO's dynamic sampling leaves such groups out for the same reason).
+    ``keep_one``: where every sample has advantage 0, keep the one with the fewest tokens, so that the step
+    still happens (its gradient is exactly 0, and the optimizer moves as it would on the whole batch).
     """
     kept = [s for s in seqs if any(a != 0.0 for a in s.fields["adv"])]
+    if keep_one and not kept and seqs:
+        kept = [min(seqs, key=lambda s: len(s.tokens))]
     return [replace(s, index=i) for i, s in enumerate(kept)], len(seqs) - len(kept)
 
 

@@ -88,11 +88,16 @@ class TrainerSettings(ServiceSettings):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0 = no reference model)")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator")
     entropy_coef: float = Field(0.0, description="Entropy bonus coefficient")
-    skip_zero_advantage: bool = Field(
-        False,
-        description="Leave samples with advantage 0 out of the step (no gradient without a KL or entropy "
-        "term; counted as skipped_zero_advantage). A batch left with nothing to train makes "
-        "no step: without demonstrations a run whose rewards are all equal then makes none",
+    zero_advantage: Literal["train", "skip", "drop"] = Field(
+        "skip",
+        description="Samples whose advantage is 0 (every reward of their group equal) and that have no gradient "
+        "(no KL or entropy term). train: forward/backward them like any other. skip: leave them out of the "
+        "forward/backward but keep them in the loss's normaliser, so the gradient equals train's (the step's "
+        "entropy and mismatch metrics then cover the trained samples); a step of only such samples trains the "
+        "shortest one, so the optimizer still steps. drop: leave them out of the step and of the normaliser "
+        "(DAPO's dynamic sampling: the other samples' gradient weighs more); a batch left with nothing makes "
+        "no step. Counted as skipped_zero_advantage. The recipes' older key skip_zero_advantage = true/false "
+        "means drop/train",
     )
     is_mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
         "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)"
@@ -187,6 +192,16 @@ class TrainerSettings(ServiceSettings):
     plot_every: int = Field(10, ge=1, description="Redraw the PNG plots every k steps")
     wandb_project: str | None = Field(None, description="wandb project (None = wandb off)")
     wandb_mode: Literal["offline", "online"] = Field("offline", description="wandb mode")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_keys(cls, data: object) -> object:
+        """``skip_zero_advantage`` (a bool) came before ``zero_advantage``: true was today's drop."""
+        if isinstance(data, dict) and "skip_zero_advantage" in data:
+            data = dict(data)
+            old = data.pop("skip_zero_advantage")
+            data.setdefault("zero_advantage", "drop" if str(old).lower() in ("true", "1") else "train")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainerSettings:

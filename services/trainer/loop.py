@@ -219,9 +219,12 @@ class Trainer:
         groups = [e.message for e in entries]
         adv, adv_result = trajectory_advantages(groups, mode=s.role_baseline, estimator=s.advantage)
         seqs, dropped = to_sequences(groups, adv, st.version, s.max_staleness, s.stale_policy)
-        skipped = 0
-        if s.skip_zero_advantage and s.kl_coef == 0 and s.entropy_coef == 0:
-            seqs, skipped = teaching(seqs)
+        skipped, norm = 0, None
+        if s.zero_advantage != "train" and s.kl_coef == 0 and s.entropy_coef == 0:
+            everything = seqs
+            seqs, skipped = teaching(seqs, keep_one=s.zero_advantage == "skip")
+            if s.zero_advantage == "skip":
+                norm = everything  # normalised as if all were trained: the gradient is the whole batch's
         rows = [smp for g in groups for smp in g.samples]
         accuracy = planner_accuracy(
             [smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
@@ -235,7 +238,7 @@ class Trainer:
             sft_seqs, cursor = self.sft.take(st.sft_cursor, s.sft_batch)
         result = train_step(
             self.eng,
-            StepInput(seqs, sft_seqs, sft_weight),
+            StepInput(seqs, sft_seqs, sft_weight, rl_norm=norm),
             self.objective,
             self.ref,
             s.micro_batch_tokens,

@@ -33,6 +33,9 @@ class StepInput:
     rl: list[TrainSeq]  # fields: old_logp, adv, lag
     sft: list[TrainSeq] = field(default_factory=list)  # demonstrations; mask 1 on the imitated tokens
     sft_weight: float = 0.0  # coefficient of the SFT cross-entropy this step (sft_coef × RED weight)
+    # The RL samples the loss is normalised over, where it is more than ``rl``: samples left out of the
+    # forward/backward for having no gradient still count, so the gradient is the whole batch's.
+    rl_norm: list[TrainSeq] | None = None
 
 
 def _all_reduce(values: list[float], op: str, world: int) -> list[float]:
@@ -80,7 +83,8 @@ def train_step(
     rl_seqs, sft_seqs = _shard(inp.rl, eng.rank, eng.world), _shard(inp.sft, eng.rank, eng.world)
     # Every rank holds the whole step's input (rank 0 reads and broadcasts), so global counts are local.
     (rl_tokens, rl_seqs_n), (sft_tokens, _) = _counts(inp.rl), _counts(inp.sft)
-    norms = {"tokens": max(rl_tokens, 1.0), "sequences": max(rl_seqs_n, 1.0), "world": float(eng.world)}
+    norm_tokens, norm_seqs = _counts(inp.rl_norm) if inp.rl_norm is not None else (rl_tokens, rl_seqs_n)
+    norms = {"tokens": max(norm_tokens, 1.0), "sequences": max(norm_seqs, 1.0), "world": float(eng.world)}
     rl_batches = layout(rl_seqs, budget, packing, share_prompts)
     sft_batches = layout(sft_seqs, budget, packing) if inp.sft_weight > 0 else []
     n_rl, n_sft = (int(x) for x in _all_reduce([len(rl_batches), len(sft_batches)], "max", eng.world))

@@ -46,7 +46,7 @@ def test_recipe_trains_two_steps(local_stack, recipe):
     )
     rows = read_log(log)
     assert [int(r["step"]) for r in rows] == [1, 2]
-    # Every step took its RL samples: trained, or (skip_zero_advantage, smol-cpu) left out for having no advantage.
+    # Every step took its RL samples: trained, or (zero_advantage) left out for having no advantage.
     assert all("reward_mean" in r and r["rl_sequences"] + r.get("skipped_zero_advantage", 0) >= 2 for r in rows)
     if recipe in ("red-coda.toml", "tiny-cpu.toml") or recipe.startswith("smol-"):
         assert all(r["sft_tokens"] > 0 for r in rows)

@@ -30,3 +30,14 @@ def test_invalid_combinations_refused():
 def test_env_overrides_recipe(monkeypatch):
     monkeypatch.setenv("CODA_TRAINER_LR", "0.5")
     assert TrainerSettings.load(recipe=CONFIGS[0]).lr == 0.5
+
+
+def test_zero_advantage_defaults_to_skip_and_reads_the_older_key(tmp_path):
+    assert TrainerSettings().zero_advantage == "skip"
+    assert TrainerSettings(skip_zero_advantage=True).zero_advantage == "drop"
+    assert TrainerSettings(skip_zero_advantage=False).zero_advantage == "train"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[trainer]\nskip_zero_advantage = true\n")
+    assert TrainerSettings.load(recipe=recipe).zero_advantage == "drop"
+    with pytest.raises(ValidationError):
+        TrainerSettings(zero_advantage="sometimes")

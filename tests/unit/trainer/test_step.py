@@ -7,6 +7,7 @@ import random
 import pytest
 
 from services.trainer.batch_loss import Objective
+from services.trainer.batches import teaching
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
 from services.trainer.packing import TrainSeq
@@ -59,3 +60,34 @@ def test_sft_term_weighted_once_per_step(model_dir):
     assert one.sft_loss() == pytest.approx(two.sft_loss(), rel=1e-5) and 3.5 < one.sft_loss() < 5.0  # ≈ ln 64
     assert two.grad_norm == pytest.approx(2 * one.grad_norm, rel=1e-4)
     assert one.sft_entropy() == pytest.approx(4.15, abs=0.1)
+
+
+def test_skipping_samples_without_advantage_keeps_the_whole_batchs_gradient(model_dir):
+    """zero_advantage = "skip": samples of advantage 0 are not run, yet the loss keeps them in its normaliser, so
+    the gradient equals the one of training all; "drop" normalises over the trained ones (larger by the ratio)."""
+    settings = TrainerSettings(model=str(model_dir), lr=1e-9)
+    eng = build_engine(settings, init_distributed())
+    seqs = _seqs(3, n=8)
+    for s in seqs[::2]:
+        s.fields["adv"][:] = [0.0] * len(s.tokens)
+    kept, skipped = teaching(seqs)
+    assert skipped == 4 and len(kept) == 4
+    every = train_step(eng, StepInput(seqs), Objective(settings), None, 1000)
+    skip = train_step(eng, StepInput(kept, rl_norm=seqs), Objective(settings), None, 1000)
+    drop = train_step(eng, StepInput(kept), Objective(settings), None, 1000)
+    assert skip.rl_tokens < every.rl_tokens and every.grad_norm > 1e-6
+    assert skip.grad_norm == pytest.approx(every.grad_norm, rel=1e-5)
+    assert drop.grad_norm == pytest.approx(every.grad_norm * every.rl_tokens / skip.rl_tokens, rel=1e-5)
+
+
+def test_a_step_of_samples_without_advantage_trains_its_shortest_one_with_zero_gradient(model_dir):
+    settings = TrainerSettings(model=str(model_dir), lr=1e-9)
+    eng = build_engine(settings, init_distributed())
+    seqs = _seqs(4, n=5)
+    for s in seqs:
+        s.fields["adv"][:] = [0.0] * len(s.tokens)
+    assert teaching(seqs) == ([], 5)  # drop: nothing left, no step
+    kept, skipped = teaching(seqs, keep_one=True)
+    assert skipped == 4 and len(kept[0].tokens) == min(len(s.tokens) for s in seqs) and kept[0].index == 0
+    out = train_step(eng, StepInput(kept, rl_norm=seqs), Objective(settings), None, 1000)
+    assert out.trained and out.grad_norm == 0.0
