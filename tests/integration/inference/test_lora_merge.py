@@ -95,6 +95,20 @@ def test_a_batch_all_on_one_adapter_runs_merged_with_the_per_row_logits(runners)
     assert (want - generate(per_row, [None] * 4)).abs().max() > 1e-2  # the adapter changes the logits
 
 
+def test_a_batch_all_on_one_adapter_unmerged_computes_what_the_per_row_path_does(runners):
+    """Merging off: rows that all name one adapter run it as peft's active adapter (no per-row names); a base
+    row beside them sends the batch down the per-row path. The adapter rows' logits agree, for either adapter
+    (pa and pb target different projections: the inactive one must add nothing)."""
+    _, unmerged = runners
+    for name in ("pa", "pb", "pa"):
+        plain = generate(unmerged, [name] * 4)
+        assert list(unmerged.model.active_adapters) == [name]
+        per_row = generate(unmerged, [name] * 4 + [None])
+        assert (plain - per_row[:, :4]).abs().max() < 1e-5, name
+        assert (per_row[:, 4] - generate(unmerged, [None] * 5)[:, 4]).abs().max() < 1e-5  # the base row: base
+    assert (generate(unmerged, ["pa"] * 4) - generate(unmerged, ["pb"] * 4)).abs().max() > 1e-2
+
+
 def test_prefill_uses_a_merge_but_does_not_start_one(runners):
     merged, _ = runners
     merged.prefill(PROMPTS[0], "pa")
