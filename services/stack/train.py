@@ -79,6 +79,8 @@ class LocalStack(StackProcesses):
         self.ports = Ports.free()
         self.started = time.time()
         self.first_step_said = False  # once per run: a warm start's first step is the run's first step
+        self.pending: list[Service] | None = None  # servers started, not yet waited for (start_servers)
+        self.server_names: list[str] = []
 
     # ---------------------------------------------------------------- paths and env
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
@@ -91,7 +93,10 @@ class LocalStack(StackProcesses):
         need_eval = self.evals and L.tiny and not steps.has_eval(L, "step0")
         need_sft = bool(self.demonstrations) and not steps.has_sft(L)
         if serving or need_sft or need_eval:
-            self.start_servers(sup, redis=serving, inference=serving or need_eval)
+            # Where nothing before training uses the inference server, the trainer and the rollout start while
+            # it loads (the trainer waits out a server not yet up): the first step comes that much sooner.
+            early = need_sft or (need_eval and not self.eval_beside_training) or self.settings.warm_start_steps > 0
+            self.start_servers(sup, redis=serving, inference=serving or need_eval, wait=not serving or early)
         sft = self.make_sft(sup)
         if need_eval and serving and self.eval_beside_training:
             before = None  # run_all starts it beside training
@@ -134,10 +139,17 @@ class LocalStack(StackProcesses):
             self.job(sup, "index", steps.index_args(L))
 
     def start_servers(
-        self, sup: Supervisor, searcher: bool | None = None, *, redis: bool = True, inference: bool = True
+        self,
+        sup: Supervisor,
+        searcher: bool | None = None,
+        *,
+        redis: bool = True,
+        inference: bool = True,
+        wait: bool = True,
     ) -> None:
         """Redis, inference, the retriever when the agent searches, the searcher when the agent needs it (or
-        ``searcher=True``)."""
+        ``searcher=True``). ``wait=False``: an inference server the rest does not need (no retriever, no
+        searcher) is left loading; ``servers_ready`` waits for it."""
         p = self.ports
         if redis:
             sup.start(
@@ -149,13 +161,25 @@ class LocalStack(StackProcesses):
             starting.append(
                 sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever), wait=False)
             )
+        searches = searcher or (searcher is None and "searcher" in self.needs)
         if inference:
             starting.append(sup.start(self.inference_service(), wait=False))
-        for service in starting:
-            sup.wait_healthy(service)
-        if inference and (searcher or (searcher is None and "searcher" in self.needs)):
+        self.pending = starting
+        self.server_names = [s.name for s in sup.services if s.name in ("redis", "retriever", "inference")]
+        if wait or not inference or len(starting) > 1 or searches:
+            self.servers_ready(sup)
+        if inference and searches:
             sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
-        self.say("servers healthy: " + ", ".join(s.name for s in sup.services))
+            self.say("searcher healthy")
+
+    def servers_ready(self, sup: Supervisor) -> None:
+        """Wait for the servers ``start_servers`` left starting, once (then nothing)."""
+        if self.pending is None:
+            return
+        for service in self.pending:
+            sup.wait_healthy(service)
+        self.pending = None
+        self.say("servers healthy: " + ", ".join(self.server_names))
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
@@ -166,6 +190,7 @@ class LocalStack(StackProcesses):
         if steps.has_sft(self.layout):
             self.say(f"demonstrations {out} exist")
         else:
+            self.servers_ready(sup)
             self.job(
                 sup,
                 "make-sft",
@@ -175,6 +200,7 @@ class LocalStack(StackProcesses):
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:
         out = self.layout.evals / label
+        self.servers_ready(sup)
         self.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
         return read_eval(out)
 
@@ -187,6 +213,7 @@ class LocalStack(StackProcesses):
             *("--eval-policy", "base", "--max-running-groups", str(BESIDE_EVAL_EPISODES)),
         ]
         self.say("step-0 eval started beside training (LoRA: the base weights it evaluates do not change)")
+        self.servers_ready(sup)
         service = self.service("eval-step0", args)
         service.one_shot = True
         return sup.start(service)
@@ -238,6 +265,7 @@ class LocalStack(StackProcesses):
                 ),
                 wait=False,
             )
+        self.servers_ready(sup)  # the trainer's first publish needs the inference server: it waits for it
         for service in (trainer, producer):
             if service is not None:
                 sup.wait_healthy(service)
