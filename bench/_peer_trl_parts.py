@@ -45,6 +45,7 @@ class Run:
     s_per_step: float | None = None
     to_target_s: float | None = None  # command start -> trailing 5-step mean reward >= 0.5
     peak_rss_mb: float = 0.0
+    peak_rss_by_service: dict[str, float] = field(default_factory=dict)  # MB, each service's own peak
     reward_first5: float | None = None
     reward_last5: float | None = None
     steps: int = 0
@@ -54,8 +55,22 @@ class Run:
     records: list[dict] = field(default_factory=list)  # lets --rescore recompute every metric later
 
 
-def tree_rss(pid: int) -> int:
-    """Summed RSS (bytes) of a process and all its descendants now; 0 once it has exited."""
+SERVICES = ("trainer", "inference", "rollout", "retriever", "searcher", "redis", "stack")
+
+
+def service_of(cmdline: list[str]) -> str:
+    """Which of our services a process of the tree is (by its command line); "other" for the rest (TRL's one
+    process, a helper)."""
+    text = " ".join(cmdline)
+    for name in SERVICES:
+        if f"services.{name}" in text or (name == "redis" and "redis" in text):
+            return name
+    return "other"
+
+
+def tree_rss(pid: int, by_service: dict[str, int] | None = None) -> int:
+    """Summed RSS (bytes) of a process and all its descendants now; 0 once it has exited. ``by_service`` gets
+    the same sum per service (``service_of``)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -64,7 +79,11 @@ def tree_rss(pid: int) -> int:
     total = 0
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # exited since listed
-            total += p.memory_info().rss
+            rss = p.memory_info().rss
+            total += rss
+            if by_service is not None:
+                name = service_of(p.cmdline())
+                by_service[name] = by_service.get(name, 0) + rss
     return total
 
 
@@ -75,20 +94,25 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.every_s = pid, every_s
         self.peak = 0
+        self.peaks: dict[str, int] = {}  # per service (service_of): the highest sum seen
         self.load_max = 0.0
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
-            self.peak = max(self.peak, tree_rss(self.pid))
+            now: dict[str, int] = {}
+            self.peak = max(self.peak, tree_rss(self.pid, now))
+            for name, rss in now.items():
+                self.peaks[name] = max(self.peaks.get(name, 0), rss)
             self.load_max = max(self.load_max, os.getloadavg()[0])
             self.done.wait(self.every_s)
 
 
 def launch(
-    cmd: list[str], env: dict[str, str], log: Path, cwd: Path, timeout_s: float
+    cmd: list[str], env: dict[str, str], log: Path, cwd: Path, timeout_s: float, peaks: dict | None = None
 ) -> tuple[float, int, float, float]:
-    """Run ``cmd`` to the end; returns (start time, exit code, peak tree RSS in MB, highest load seen)."""
+    """Run ``cmd`` to the end; returns (start time, exit code, peak tree RSS in MB, highest load seen).
+    ``peaks`` gets each service's peak RSS in MB (``service_of``)."""
     with open(log, "w") as fh:
         start = time.time()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
@@ -102,6 +126,8 @@ def launch(
             code = proc.wait(timeout=60)
         sampler.done.set()
         sampler.join()
+    if peaks is not None:
+        peaks.update({name: rss / 2**20 for name, rss in sampler.peaks.items()})
     return start, code, sampler.peak / 2**20, sampler.load_max
 
 
@@ -124,7 +150,9 @@ def run_stack(
     before = set(run_root.glob("*")) if run_root.exists() else set()
     env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)])}
     cmd = [sys.executable, "-m", "services.stack", "train", "--recipe", str(recipe), "--new"]
-    start, code, rss, load = launch([*cmd, "--run-root", str(run_root)], env, log, ROOT, timeout_s)
+    start, code, rss, load = launch(
+        [*cmd, "--run-root", str(run_root)], env, log, ROOT, timeout_s, peaks=run.peak_rss_by_service
+    )
     end = time.time()
     run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
     folders = sorted(set(run_root.glob("*")) - before)
@@ -145,7 +173,9 @@ def trainer_records(folder: Path | None) -> list[dict]:
                 "step": r["step"],
                 "time": r["time"],
                 "reward": r["reward_mean"],
-                "samples": r.get("rl_sequences", 32),
+                # The samples the step took: trained, or left out of the forward/backward for having no
+                # advantage (zero_advantage = "skip": the gradient is the same as if they had been run).
+                "samples": r.get("rl_sequences", 32) + r.get("skipped_zero_advantage", 0),
                 "dropped_stale": r.get("dropped_stale", 0),
             }
         )

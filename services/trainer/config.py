@@ -57,10 +57,11 @@ class TrainerSettings(ServiceSettings):
     groups_per_step: int = contract_field("groups_per_step")
     max_steps: int = Field(0, ge=0, description="Stop after this many optimizer steps (0 = run forever)")
     micro_batch_tokens: int = Field(
-        1024,
+        512,
         ge=16,
-        description="Token budget of one packed micro-batch. Activation memory grows with it; on CPU 1024 was "
-        "as fast per token as 4096 with half the trainer's peak memory (bench/step_profile.py)",
+        description="Token budget of one packed micro-batch. Activation memory grows with it (~1.3 MB a token on "
+        "SmolLM2 + LoRA); on CPU 512 was as fast per token as 1024 and 4096, with a trainer peak of 2.2 GB "
+        "against 3.5 GB at 1024 (256: 1.7 GB, 1.2x the time; bench/step_profile.py)",
     )
     packing: bool = Field(True, description="Pack samples into micro-batches (False: one padded row per sample)")
     share_prompts: bool = Field(

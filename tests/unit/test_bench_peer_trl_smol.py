@@ -54,3 +54,20 @@ def test_the_report_pairs_rounds_and_says_when_a_bar_is_missed(bench):
     assert "≥ 2× : met" not in on_policy and "≥ 2×: met" in on_policy
     assert "≤ 1×: NOT met" in on_policy  # first step 2× TRL's
     assert "not measurable" in on_policy  # no run reached the reward target
+
+
+def test_processes_are_told_apart_by_service_and_their_peaks_tabled(bench):
+    parts = bench.sys.modules["_peer_trl_parts"]
+    assert parts.service_of([".venv/bin/python", "-m", "services.trainer", "train"]) == "trainer"
+    assert parts.service_of(["python", "-m", "shared.redis_server", "--port", "1"]) == "redis"
+    assert parts.service_of(["python", "-m", "services.stack", "train"]) == "stack"
+    assert parts.service_of(["python", "grpo_trl.py", "cfg.json"]) == "other"
+    runs = [
+        bench.Run("ours-on-policy", 1, peak_rss_mb=4000.0, peak_rss_by_service={"trainer": 2100.0, "redis": 20.0}),
+        bench.Run("ours-on-policy", 2, peak_rss_mb=4200.0, peak_rss_by_service={"trainer": 2300.0, "redis": 30.0}),
+        bench.Run("trl", 1, peak_rss_mb=8000.0, peak_rss_by_service={"other": 8000.0}),
+    ]
+    table = "\n".join(bench.memory_table(runs))
+    assert "| service | ours-on-policy | trl |" in table
+    assert "| trainer | 2,200 | — |" in table and "| redis | 25 | — |" in table and "| other | — | 8,000 |" in table
+    assert "| whole tree (peak of the sum) | 4,100 | 8,000 |" in table
