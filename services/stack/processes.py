@@ -50,6 +50,10 @@ class StackProcesses:
     display: Display | None
     say: Callable[[str], None]  # progress lines: the display's, or the caller's
     alternating: bool = False  # on-policy training: trainer and inference server never compute at once
+    retrieves: bool  # the agent reaches the retriever
+    needs: frozenset[str]  # the services the agent's episodes call (e.g. "searcher")
+    pending: list[Service] | None = None  # servers started, not yet waited for (start_servers)
+    server_names: list[str]
 
     @property
     def model_dir(self) -> Path:
@@ -132,6 +136,49 @@ class StackProcesses:
             raise RuntimeError(f"{name} failed with exit code {code}; last log lines:\n{service.tail()}")
         sup.stop(service)
         self.say(f"{name} done in {time.time() - started:.0f}s")
+
+    def start_servers(
+        self,
+        sup: Supervisor,
+        searcher: bool | None = None,
+        *,
+        redis: bool = True,
+        inference: bool = True,
+        wait: bool = True,
+    ) -> None:
+        """Redis, inference, the retriever when the agent searches, the searcher when the agent needs it (or
+        ``searcher=True``). ``wait=False``: an inference server the rest does not need (no retriever, no
+        searcher) is left loading; ``servers_ready`` waits for it."""
+        p = self.ports
+        if redis:
+            sup.start(
+                self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir", str(self.run / "redis")])
+            )
+        # Retriever and inference load their models at the same time (each waits on its own files and imports).
+        starting = []
+        if self.retrieves or searcher:
+            starting.append(
+                sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever), wait=False)
+            )
+        searches = searcher or (searcher is None and "searcher" in self.needs)
+        if inference:
+            starting.append(sup.start(self.inference_service(), wait=False))
+        self.pending = starting
+        self.server_names = [s.name for s in sup.services if s.name in ("redis", "retriever", "inference")]
+        if wait or not inference or len(starting) > 1 or searches:
+            self.servers_ready(sup)
+        if inference and searches:
+            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
+            self.say("searcher healthy")
+
+    def servers_ready(self, sup: Supervisor) -> None:
+        """Wait for the servers ``start_servers`` left starting, once (then nothing)."""
+        if self.pending is None:
+            return
+        for service in self.pending:
+            sup.wait_healthy(service)
+        self.pending = None
+        self.say("servers healthy: " + ", ".join(self.server_names))
 
     def inference_service(self) -> Service:
         """Our CPU server, or (``inference = "vllm"``) vLLM itself with the stack's flags (deploy/vllm/serve.sh)."""

@@ -79,8 +79,8 @@ class LocalStack(StackProcesses):
         self.ports = Ports.free()
         self.started = time.time()
         self.first_step_said = False  # once per run: a warm start's first step is the run's first step
-        self.pending: list[Service] | None = None  # servers started, not yet waited for (start_servers)
-        self.server_names: list[str] = []
+        self.pending = None
+        self.server_names = []
 
     # ---------------------------------------------------------------- paths and env
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
@@ -137,49 +137,6 @@ class LocalStack(StackProcesses):
             self.say(f"index {L.index} exists")
         else:
             self.job(sup, "index", steps.index_args(L))
-
-    def start_servers(
-        self,
-        sup: Supervisor,
-        searcher: bool | None = None,
-        *,
-        redis: bool = True,
-        inference: bool = True,
-        wait: bool = True,
-    ) -> None:
-        """Redis, inference, the retriever when the agent searches, the searcher when the agent needs it (or
-        ``searcher=True``). ``wait=False``: an inference server the rest does not need (no retriever, no
-        searcher) is left loading; ``servers_ready`` waits for it."""
-        p = self.ports
-        if redis:
-            sup.start(
-                self.service("redis", ["shared.redis_server", "--port", str(p.redis), "--dir", str(self.run / "redis")])
-            )
-        # Retriever and inference load their models at the same time (each waits on its own files and imports).
-        starting = []
-        if self.retrieves or searcher:
-            starting.append(
-                sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever), wait=False)
-            )
-        searches = searcher or (searcher is None and "searcher" in self.needs)
-        if inference:
-            starting.append(sup.start(self.inference_service(), wait=False))
-        self.pending = starting
-        self.server_names = [s.name for s in sup.services if s.name in ("redis", "retriever", "inference")]
-        if wait or not inference or len(starting) > 1 or searches:
-            self.servers_ready(sup)
-        if inference and searches:
-            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
-            self.say("searcher healthy")
-
-    def servers_ready(self, sup: Supervisor) -> None:
-        """Wait for the servers ``start_servers`` left starting, once (then nothing)."""
-        if self.pending is None:
-            return
-        for service in self.pending:
-            sup.wait_healthy(service)
-        self.pending = None
-        self.say("servers healthy: " + ", ".join(self.server_names))
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
