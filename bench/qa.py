@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -214,13 +215,14 @@ class Bench:
                     if method not in TRAINED and i > 0:
                         continue  # greedy and untrained: one run is the result
                     key = f"{dataset}/{method}" + (f"/{seed}" if method in TRAINED else "")
-                    if key in self.doc["runs"]:
+                    if key in self.doc["runs"] and not self.a.again:
                         say(f"{key}: already measured")
                         continue
                     say(f"{key}: {'training ' + str(self.a.train_s) + ' s' if method in TRAINED else 'evaluating'}")
                     started = time.time()
                     rec = self.trained(dataset, method, seed) if method in TRAINED else self.untrained(dataset, method)
                     rec["wall_s"] = round(time.time() - started, 1)
+                    rec["commit"] = commit()
                     self.doc["runs"][key] = rec
                     self.save()
 
@@ -247,6 +249,13 @@ def reload_last_adapter(stack: LocalStack) -> None:
     if update.kind != "lora":
         raise RuntimeError(f"bench/qa.py evaluates LoRA runs; the last publish was {update.kind}")
     SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(update.model_name, update.path)
+
+
+def commit() -> str:
+    """The commit the run measured (recipes change between runs: the report names what each row ran)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "configs"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() + ("+configs" if dirty.stdout.strip() else "")
 
 
 def step_stats(log_file: Path) -> dict:
@@ -282,6 +291,11 @@ def main() -> None:
         help="evaluate the first N held-out questions (default 150: all 312 take 8-10 min a method here; 0: all)",
     )
     p.add_argument("--fresh", action="store_true", help="forget qa.json's runs and measure them again")
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json's others",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
     args = p.parse_args()
