@@ -106,9 +106,15 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
         f"{_mean([row['searches'] for row in rows]):.2f} | {_mean([row['tokens'] for row in rows]):.0f} | "
         f"{_num(_mean([r['train_s'] for r in runs]), '{:.0f} s') if trained else '–'} | "
         f"{_num(_mean([r.get('steps') for r in runs]), '{:.0f}') if trained else '–'} | "
-        f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | "
-        f"{_peaks(runs) if trained else '–'} |"
+        f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | {_rewards(runs)} | "
+        f"{_peaks(runs) if trained else '–'} | {', '.join(sorted({r.get('commit') or '?' for r in runs}))} |"
     )
+
+
+def _rewards(runs: list[dict]) -> str:
+    """The RL steps' mean training reward, first five against last five (the signal GRPO had to learn from)."""
+    first, last = _mean([r.get("reward_first") for r in runs]), _mean([r.get("reward_last") for r in runs])
+    return "–" if first is None or last is None else f"{first:.3f} → {last:.3f}"
 
 
 def _current_types(dataset: str) -> dict[str, str]:
@@ -189,7 +195,9 @@ def write_report(doc: dict, md: Path) -> None:
         "Trained methods: the same demonstrations (make-sft over the train split) and "
         f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
         "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
-        "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples).",
+        "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples). Train reward: the mean "
+        "reward of the RL steps' sampled episodes (not greedy, not held out). Commit: what each row's runs ran "
+        "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were).",
         "",
     ]
     for dataset in DATASETS:
@@ -199,8 +207,9 @@ def write_report(doc: dict, md: Path) -> None:
             f"## {TITLES[dataset]}",
             "",
             "| method | runs | questions | EM [95% CI] | F1 [95% CI] | F1 per run | searches / q | generated "
-            "tokens / q | training wall time | steps | s / RL step | peak RSS per service (MB) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "tokens / q | training wall time | steps | s / RL step | train reward, RL steps 1-5 → last 5 | "
+            "peak RSS per service (MB) | commit |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
         lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), "", "Targets:", ""]

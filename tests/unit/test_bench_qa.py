@@ -70,3 +70,14 @@ def test_methods_are_compared_on_the_questions_all_of_them_evaluated(report):
     doc = {"runs": {"2wiki/zero-shot": wide, "2wiki/flat/0": narrow}}
     (zero_shot,) = report._runs(doc, "2wiki", "zero-shot")
     assert len(zero_shot["rows"]) == 40 and report.per_question([zero_shot], "f1") == {str(i): 1.0 for i in range(40)}
+
+
+def test_a_row_shows_the_rl_signal_and_what_ran(report):
+    runs = [
+        {**_run([0.5] * 4, 600), "reward_first": 0.1, "reward_last": 0.3, "commit": "abc1234"},
+        {**_run([0.5] * 4, 600), "reward_first": 0.3, "reward_last": 0.5, "commit": "abc1234"},
+    ]
+    doc = {"runs": {"2wiki/flat/0": runs[0], "2wiki/flat/1": runs[1], "2wiki/sft/0": _run([0.5] * 4, 600)}}
+    flat, sft = report.method_row(doc, "2wiki", "flat"), report.method_row(doc, "2wiki", "sft")
+    assert "| 0.200 → 0.400 |" in flat and flat.endswith("| abc1234 |")
+    assert "| – |" in sft and sft.endswith("| ? |")  # no RL steps; recorded without a commit
