@@ -181,6 +181,11 @@ def targets(doc: dict, dataset: str) -> list[str]:
     return lines
 
 
+def _seeds(doc: dict) -> list[str]:
+    """The seeds the trained runs used (keys ``dataset/method/seed``), over every ``bench/qa.py`` call."""
+    return sorted({key.split("/")[2] for key in doc["runs"] if key.count("/") == 2}, key=int)
+
+
 def write_report(doc: dict, md: Path) -> None:
     cfg = doc["config"]
     lines = [
@@ -190,8 +195,8 @@ def write_report(doc: dict, md: Path) -> None:
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
         "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "
-        f"decoding. Seeds of this run: {', '.join(map(str, cfg.get('seeds', [])))}; a method missing below was not run "
-        "(`--methods`). "
+        f"decoding. Seeds: {', '.join(_seeds(doc)) or '–'} (the runs of a trained method are its seeds); a method "
+        "missing below was not run (`--methods`). "
         "Trained methods: the same demonstrations (make-sft over the train split) and "
         f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
         "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
