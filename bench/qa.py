@@ -55,6 +55,9 @@ from _qa_report import DATASETS, METHODS, TRAINED, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
+# Each stack job (make-sft, the eval) may run this long. The recipes' 1800 s is for make train; a CoDA eval of
+# 150 held-out questions (a planner turn per hop, an executor per sub-question) took longer than that here.
+JOB_TIMEOUT_S = 4 * 3600.0
 
 
 def say(message: str) -> None:
@@ -84,6 +87,7 @@ class Bench:
     def stack(self, dataset: str, method: str, run: Path) -> LocalStack:
         recipe = recipe_of(dataset, method)
         settings = StackSettings.load(recipe)
+        settings = settings.model_copy(update={"train_timeout_s": max(settings.train_timeout_s, JOB_TIMEOUT_S)})
         agent = read_recipe(recipe)["rollout"]["agent"]
         layout = Layout.for_run(run, settings, get_agent(agent).demonstrations or "search")
         layout = dataclasses.replace(layout, evals=run / "eval")  # model, index, demonstrations: cached, shared
