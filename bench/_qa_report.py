@@ -29,6 +29,7 @@ TRAINED = ("sft", "flat", "coda")
 RL = ("flat", "coda")
 TARGET_F1 = {"hotpotqa": 0.35, "2wiki": 0.40}
 MARGIN = 0.10
+RESTATES = 0.8  # a CoDA task with this token F1 against the question delegates it whole
 
 
 def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
@@ -151,6 +152,57 @@ def type_table(doc: dict, dataset: str) -> list[str]:
     return out
 
 
+def delegations(row: dict) -> dict:
+    """What ``qa.json`` keeps of a CoDA episode's split of its question (``{}`` for other agents, from an eval
+    row's ``facts``): the tasks the planner delegated, how many restate the question (no decomposition), the
+    best F1 an executor's answer had against the gold answers, and whether the final answer is an executor's."""
+    from recipes.answers import normalize_answer, token_f1  # the project's scoring; the report alone needs none
+
+    facts = row.get("facts") or {}
+    if "tasks" not in facts:
+        return {}
+    tasks, answers = facts["tasks"], [a for a in facts["executor_answers"] if a]
+    final = normalize_answer(row.get("prediction") or "")
+    return {
+        "tasks": len(tasks),
+        "restated": sum(token_f1(task, row["question"]) >= RESTATES for task in tasks),
+        "executor_f1": max((token_f1(a, row["golden_answers"]) for a in answers), default=0.0),
+        "passed_on": bool(final) and any(normalize_answer(a) == final for a in answers),
+    }
+
+
+def delegation_table(doc: dict, dataset: str) -> list[str]:
+    """CoDA's runs: how the planner split the questions (rows recorded with ``tasks``; older runs have none)."""
+    runs = [(key, r) for key, r in sorted(doc["runs"].items()) if key.startswith(f"{dataset}/coda/")]
+    runs = [(key, r) for key, r in runs if r["rows"] and all("tasks" in row for row in r["rows"])]
+    if not runs:
+        return []
+    out = [
+        "CoDA's delegations (greedy, held out): tasks the planner delegated per question; questions it split into "
+        "two or more; tasks that restate the question (token F1 ≥ 0.8 with it); the best F1 of an executor's "
+        "answer against the gold answers; final answers that repeat an executor's; the final answer's F1.",
+        "",
+        "| run | questions | tasks / q | split (≥ 2 tasks) | tasks restating the question | executor's best F1 | "
+        "final = an executor's answer | final F1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, run in runs:
+        rows = run["rows"]
+        tasks = sum(row["tasks"] for row in rows)
+        out.append(
+            f"| {key} | {len(rows)} | {tasks / len(rows):.2f} | {_share(row['tasks'] >= 2 for row in rows)} | "
+            f"{sum(row['restated'] for row in rows) / max(tasks, 1):.0%} | "
+            f"{_mean([row['executor_f1'] for row in rows]):.3f} | {_share(row['passed_on'] for row in rows)} | "
+            f"{_mean([row['f1'] for row in rows]):.3f} |"
+        )
+    return ["", *out]
+
+
+def _share(flags) -> str:
+    flags = list(flags)
+    return f"{sum(flags) / len(flags):.0%}" if flags else "–"
+
+
 def targets(doc: dict, dataset: str) -> list[str]:
     """The benchmark's bar: the best RL method above the best untrained one and SFT only by >= MARGIN F1 with
     disjoint intervals, and held-out F1 >= TARGET_F1."""
@@ -217,7 +269,8 @@ def write_report(doc: dict, md: Path) -> None:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
-        lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), "", "Targets:", ""]
+        lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), *delegation_table(doc, dataset)]
+        lines += ["", "Targets:", ""]
         lines += targets(doc, dataset)
         lines.append("")
     md.write_text("\n".join(lines))

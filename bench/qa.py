@@ -51,7 +51,7 @@ from shared.settings import read_recipe  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from _peer_trl_parts import tree_rss  # noqa: E402
-from _qa_report import DATASETS, METHODS, TRAINED, write_report  # noqa: E402
+from _qa_report import DATASETS, METHODS, TRAINED, delegations, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
@@ -126,6 +126,7 @@ class Bench:
                     "searches": r.get("searches", 0),
                     "tokens": r.get("generated_tokens", 0),
                     "hit": r.get("search_hit"),
+                    **delegations(r),
                 }
                 for r in rows
             ],

@@ -11,6 +11,7 @@ Writes a table to stdout and a JSON file (per-source means and every prediction)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -65,6 +66,7 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     "queries": (list(episode.search.queries) if episode else None),
                     "searches": episode.search.num_searches if episode else 0,
                     "generated_tokens": episode.generated_tokens if episode else 0,
+                    "facts": facts_of(episode),
                     "reward": reward,
                     **answer_metrics(settings.agent, record, answer),
                     **searched(record, episode),
@@ -73,6 +75,15 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
 
         await asyncio.gather(*(one(r) for r in records))
     return {**summarise(rows), "model": model}
+
+
+def facts_of(episode: Episode | None) -> dict | None:
+    """The agent's own record of the episode (CoDA: each delegated task and its executor's answer), so that an
+    eval shows how a hierarchical policy split its questions, not only what it answered."""
+    facts = episode.facts if episode else None
+    if not dataclasses.is_dataclass(facts) or isinstance(facts, type):
+        return None
+    return json.loads(json.dumps(dataclasses.asdict(facts)))  # tuples as the lists the written file holds
 
 
 async def follow_live_policy(settings: RolloutSettings, state: PolicyState) -> None:

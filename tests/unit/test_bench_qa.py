@@ -81,3 +81,35 @@ def test_a_row_shows_the_rl_signal_and_what_ran(report):
     flat, sft = report.method_row(doc, "2wiki", "flat"), report.method_row(doc, "2wiki", "sft")
     assert "| 0.200 → 0.400 |" in flat and flat.endswith("| abc1234 |")
     assert "| – |" in sft and sft.endswith("| ? |")  # no RL steps; recorded without a commit
+
+
+def test_coda_delegations_are_counted_from_the_eval_rows_facts(report):
+    question = "Which city hosts the university whose fight song is Kansas Song?"
+    row = {
+        "question": question,
+        "golden_answers": ["Lawrence", "Lawrence, Kansas"],
+        "prediction": "lawrence.",
+        "facts": {
+            "tasks": [question, "Which university has the fight song Kansas Song?", "Where is it?"],
+            "executor_answers": ["University of Kansas", "", "Lawrence, Kansas"],
+        },
+    }
+    got = report.delegations(row)
+    # The first task is the question verbatim (F1 1.0); the others share few tokens with it. The third
+    # executor's answer matches a gold alias exactly; the final answer "lawrence." normalises to "lawrence",
+    # which no executor said word for word.
+    assert got == {"tasks": 3, "restated": 1, "executor_f1": 1.0, "passed_on": False}
+    assert report.delegations({**row, "prediction": "Lawrence, Kansas"})["passed_on"] is True
+    assert report.delegations({"question": "q", "facts": None}) == {}  # a flat agent's row
+
+
+def test_the_report_tables_codas_delegations(report, tmp_path):
+    rows = [
+        {"id": str(i), "type": "bridge", "em": 0.0, "f1": f, "searches": 1, "tokens": 20, "hit": 1.0,
+         "tasks": t, "restated": r, "executor_f1": e, "passed_on": p}
+        for i, (f, t, r, e, p) in enumerate([(0.0, 1, 1, 0.5, False), (1.0, 2, 0, 1.0, True)])
+    ]  # fmt: skip
+    doc = {"config": {"train_s": 600, "warm_steps": 10}, "runs": {"2wiki/coda/0": {"rows": rows, "train_s": 600}}}
+    report.write_report(doc, tmp_path / "qa.md")
+    # 3 tasks over 2 questions; one question split; 1 of 3 tasks restates; executors' best F1 (0.5 + 1.0) / 2.
+    assert "| 2wiki/coda/0 | 2 | 1.50 | 50% | 33% | 0.750 | 50% | 0.500 |" in (tmp_path / "qa.md").read_text()

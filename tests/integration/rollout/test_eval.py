@@ -150,3 +150,9 @@ def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_setting
     assert "reward" in result["metrics"] and result["failed"] == 0
     rows = result["rows"]
     assert all(r["f1"] == 0.0 and -3.0 <= r["reward"] < 0.0 for r in rows), [(r["f1"], r["reward"]) for r in rows]
+    # Each row keeps the agent's own record: CoDA's delegated tasks beside what each executor answered.
+    for row in rows:
+        assert set(row["facts"]) == {"tasks", "executor_answers"}, row["facts"]
+        assert len(row["facts"]["tasks"]) == len(row["facts"]["executor_answers"])
+    written = json.loads(next(tmp_path.glob("**/*.json")).read_text())["rows"]
+    assert [r["facts"] for r in written] == [r["facts"] for r in sorted(rows, key=lambda r: r["prompt_id"])]
