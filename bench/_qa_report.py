@@ -107,9 +107,18 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
         f"{_mean([row['searches'] for row in rows]):.2f} | {_mean([row['tokens'] for row in rows]):.0f} | "
         f"{_num(_mean([r['train_s'] for r in runs]), '{:.0f} s') if trained else '–'} | "
         f"{_num(_mean([r.get('steps') for r in runs]), '{:.0f}') if trained else '–'} | "
+        f"{' / '.join(_num(sft_step_s(r)) for r in runs) if trained else '–'} | "
         f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | {_rewards(runs)} | "
         f"{_peaks(runs) if trained else '–'} | {', '.join(sorted({r.get('commit') or '?' for r in runs}))} |"
     )
+
+
+def sft_step_s(run: dict) -> float | None:
+    """Wall seconds per demonstrations-only step (SFT only: the whole run; RL arms: the warm start), trainer
+    start-up included: the same work in every run, so it tells how fast the machine was that day."""
+    sft_steps = (run.get("steps") or 0) - (run.get("rl_steps") or 0)
+    seconds = run.get("warm_s") if run.get("rl_steps") else run.get("train_s")
+    return seconds / sft_steps if seconds and sft_steps > 0 else None
 
 
 def _rewards(runs: list[dict]) -> str:
@@ -253,7 +262,7 @@ def write_report(doc: dict, md: Path) -> None:
         f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
         "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
         "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples). Train reward: the mean "
-        "reward of the RL steps' sampled episodes (not greedy, not held out). Commit: what each row's runs ran "
+        "reward of the RL steps' sampled episodes (not greedy, not held out). s / SFT step: wall seconds a demonstrations-only step took, per run (the SFT run, or the RL run's warm start): the same work in every run, so it shows the machine's speed that day (it varied by 2.5x between days; compare runs of similar speed). Commit: what each row's runs ran "
         "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were).",
         "",
     ]
@@ -264,9 +273,9 @@ def write_report(doc: dict, md: Path) -> None:
             f"## {TITLES[dataset]}",
             "",
             "| method | runs | questions | EM [95% CI] | F1 [95% CI] | F1 per run | searches / q | generated "
-            "tokens / q | training wall time | steps | s / RL step | train reward, RL steps 1-5 → last 5 | "
-            "peak RSS per service (MB) | commit |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "tokens / q | training wall time | steps | s / SFT step | s / RL step | train reward, RL steps 1-5 → "
+            "last 5 | peak RSS per service (MB) | commit |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
         lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), *delegation_table(doc, dataset)]

@@ -113,3 +113,9 @@ def test_the_report_tables_codas_delegations(report, tmp_path):
     report.write_report(doc, tmp_path / "qa.md")
     # 3 tasks over 2 questions; one question split; 1 of 3 tasks restates; executors' best F1 (0.5 + 1.0) / 2.
     assert "| 2wiki/coda/0 | 2 | 1.50 | 50% | 33% | 0.750 | 50% | 0.500 |" in (tmp_path / "qa.md").read_text()
+
+
+def test_seconds_per_sft_step_tell_the_machines_speed(report):
+    assert report.sft_step_s({"train_s": 600.0, "steps": 40, "rl_steps": 0}) == 15.0  # SFT only: the whole run
+    assert report.sft_step_s({"train_s": 643.0, "warm_s": 110.0, "steps": 26, "rl_steps": 16}) == 11.0  # warm start
+    assert report.sft_step_s({"train_s": 0.0}) is None  # untrained
