@@ -67,6 +67,7 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     "searches": episode.search.num_searches if episode else 0,
                     "generated_tokens": episode.generated_tokens if episode else 0,
                     "facts": facts_of(episode),
+                    "trajectories": trajectories_of(episode),
                     "reward": reward,
                     **answer_metrics(settings.agent, record, answer),
                     **searched(record, episode),
@@ -84,6 +85,17 @@ def facts_of(episode: Episode | None) -> dict | None:
     if not dataclasses.is_dataclass(facts) or isinstance(facts, type):
         return None
     return json.loads(json.dumps(dataclasses.asdict(facts)))  # tuples as the lists the written file holds
+
+
+def trajectories_of(episode: Episode | None) -> list[dict]:
+    """How each trajectory of the episode ended (a CoDA planner and its executors: which one stopped without
+    an answer, and after what): role, finish reason, turns, and the end of the model's last turn."""
+    if episode is None:
+        return []
+    return [
+        {"role": t.role, "finish": t.finish_reason, "turns": t.num_turns, "last_turn": (t.turns or [""])[-1][-300:]}
+        for t in episode.trajectories
+    ]
 
 
 async def follow_live_policy(settings: RolloutSettings, state: PolicyState) -> None:

@@ -156,3 +156,8 @@ def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_setting
         assert len(row["facts"]["tasks"]) == len(row["facts"]["executor_answers"])
     written = json.loads(next(tmp_path.glob("**/*.json")).read_text())["rows"]
     assert [r["facts"] for r in written] == [r["facts"] for r in sorted(rows, key=lambda r: r["prompt_id"])]
+    # ... and how each of its trajectories ended: the planner first, then one executor per task.
+    for row in rows:
+        roles = [t["role"] for t in row["trajectories"]]
+        assert roles == ["planner"] + ["executor"] * len(row["facts"]["tasks"]), roles
+        assert all(t["finish"] and t["turns"] >= 1 for t in row["trajectories"]), row["trajectories"]
