@@ -227,7 +227,7 @@ class Bench:
                     started = time.time()
                     rec = self.trained(dataset, method, seed) if method in TRAINED else self.untrained(dataset, method)
                     rec["wall_s"] = round(time.time() - started, 1)
-                    rec["commit"] = commit()
+                    rec["commit"] = commit() + "".join(f" {pair}" for pair in self.a.set)
                     self.doc["runs"][key] = rec
                     self.save()
 
@@ -301,12 +301,25 @@ def main() -> None:
         action="store_true",
         help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json's others",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for every service of the runs, as an environment variable over the recipes (e.g. "
+        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json's arms apart",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
     args = p.parse_args()
     if args.report_only:
         write_report(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.md")
         return
+    for pair in args.set:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("CODA_"):
+            p.error(f"--set {pair!r}: expected CODA_<SERVICE>_<FIELD>=VALUE")
+        os.environ[name] = value  # the services inherit the bench's environment (Supervisor)
     Bench(args).run()
 
 
