@@ -5,7 +5,9 @@ function the rollout trains on, ``scoring.score_episode``): the ``reward`` colum
 user's own that has nothing to do with gold answers still shows what training changed. (A group-level
 re-combination of the components, the tool agent's ``reward_combination``, has no group here: it is left out.)
 
-Writes a table to stdout and a JSON file (per-source means and every prediction) under ``eval_output``.
+Writes a table to stdout and a JSON file under ``eval_output``: per-source means and every prediction, each row
+with the agent's own record of the episode (``facts``: CoDA's tasks and its executors' answers) and how each of
+its trajectories ended (``trajectories``: role, finish reason, turns, the end of the last turn).
 """
 
 from __future__ import annotations
