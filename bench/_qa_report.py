@@ -188,7 +188,7 @@ def delegation_table(doc: dict, dataset: str) -> list[str]:
         return []
     out = [
         "CoDA's delegations (greedy, held out): tasks the planner delegated per question; questions it split into "
-        "two or more; tasks that restate the question (token F1 ≥ 0.8 with it); the best F1 of an executor's "
+        f"two or more; tasks that restate the question (token F1 ≥ {RESTATES} with it); the best F1 of an executor's "
         "answer against the gold answers; final answers that repeat an executor's; the final answer's F1.",
         "",
         "| run | questions | tasks / q | split (≥ 2 tasks) | tasks restating the question | executor's best F1 | "
@@ -262,7 +262,10 @@ def write_report(doc: dict, md: Path) -> None:
         f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
         "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
         "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples). Train reward: the mean "
-        "reward of the RL steps' sampled episodes (not greedy, not held out). s / SFT step: wall seconds a demonstrations-only step took, per run (the SFT run, or the RL run's warm start): the same work in every run, so it shows the machine's speed that day (it varied by 2.5x between days; compare runs of similar speed). Commit: what each row's runs ran "
+        "reward of the RL steps' sampled episodes (not greedy, not held out). s / SFT step: wall seconds a "
+        "demonstrations-only step took, per run (the SFT run, or the RL run's warm start): the same work in every "
+        "run, so it shows the machine's speed that day (it varied by 2.5x between days; compare runs of similar "
+        "speed). Commit: what each row's runs ran "
         "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were).",
         "",
     ]
