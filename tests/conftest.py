@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from shared.redis_server import RedisServer
+from tests.precision import FP32_ENV
+
+# Before any settings class reads the environment (tests/precision.py says why); a value set outside wins.
+for _name, _value in FP32_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 
 def _cuda_available() -> bool:

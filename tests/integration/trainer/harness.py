@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from shared.protocol import Sample, TrajectoryGroup
+from tests.precision import FP32_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 VOCAB = 64
@@ -65,6 +66,7 @@ def trainer_env(**faults: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CODA_", "RANK", "WORLD_SIZE", "MASTER_"))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **faults)
+    env.update({name: os.environ.get(name, value) for name, value in FP32_ENV.items()})  # tests/precision.py
     return env
 
 
