@@ -107,7 +107,7 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
         f"{_mean([row['searches'] for row in rows]):.2f} | {_mean([row['tokens'] for row in rows]):.0f} | "
         f"{_num(_mean([r['train_s'] for r in runs]), '{:.0f} s') if trained else '–'} | "
         f"{_num(_mean([r.get('steps') for r in runs]), '{:.0f}') if trained else '–'} | "
-        f"{' / '.join(_num(sft_step_s(r)) for r in runs) if trained else '–'} | "
+        f"{' / '.join(_num(sft_step_s(r)) + _precision(r) for r in runs) if trained else '–'} | "
         f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | {_rewards(runs)} | "
         f"{_peaks(runs) if trained else '–'} | {', '.join(sorted({r.get('commit') or '?' for r in runs}))} |"
     )
@@ -119,6 +119,12 @@ def sft_step_s(run: dict) -> float | None:
     sft_steps = (run.get("steps") or 0) - (run.get("rl_steps") or 0)
     seconds = run.get("warm_s") if run.get("rl_steps") else run.get("train_s")
     return seconds / sft_steps if seconds and sft_steps > 0 else None
+
+
+def _precision(run: dict) -> str:
+    """`` (bf16)`` / `` (fp32)``: what the run's trainer computed in; nothing for runs recorded before the bench
+    noted it."""
+    return f" ({run['precision']})" if run.get("precision") else ""
 
 
 def _rewards(runs: list[dict]) -> str:
@@ -265,7 +271,9 @@ def write_report(doc: dict, md: Path) -> None:
         "reward of the RL steps' sampled episodes (not greedy, not held out). s / SFT step: wall seconds a "
         "demonstrations-only step took, per run (the SFT run, or the RL run's warm start): the same work in every "
         "run, so it shows the machine's speed that day (it varied by 2.5x between days; compare runs of similar "
-        "speed). Commit: what each row's runs ran "
+        "speed); in brackets the precision the trainer computed in (precision auto: bf16 autocast on a CPU that "
+        "multiplies bf16 natively, else fp32; no bracket: recorded before the bench noted it). "
+        "Commit: what each row's runs ran "
         "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were).",
         "",
     ]

@@ -47,6 +47,7 @@ from services.stack.processes import threads_for  # noqa: E402
 from services.stack.report import read_eval, read_log  # noqa: E402
 from services.stack.supervisor import Supervisor  # noqa: E402
 from services.stack.train import LocalStack  # noqa: E402
+from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -206,6 +207,7 @@ class Bench:
                     stack, sup, self.a.train_s - warm_s, True, peaks, **env, CODA_TRAINER_MAX_STEPS=MANY_STEPS
                 )
             rec = {"train_s": round(used, 1), "warm_s": round(warm_s, 1), "peak_rss_mb": peaks}
+            rec["precision"] = matmul_precision(recipe_of(dataset, method), self.a.set)
             rec.update(step_stats(run / "trainer" / "train.jsonl"))
             say(f"{dataset} {method} seed {seed}: {rec['steps']} steps in {used:.0f}s")
             rec.update(self.evaluate(stack, sup, dataset, "live"))
@@ -261,6 +263,18 @@ def commit() -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "configs"], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip() + ("+configs" if dirty.stdout.strip() else "")
+
+
+def matmul_precision(recipe: str, sets: list[str]) -> str:
+    """What the trainer computed in: its ``precision`` (--set, else the environment, else the recipe, else
+    auto) resolved on this CPU. auto means bf16 autocast on a CPU that multiplies bf16 natively
+    (shared.precision), and that alone changes the seconds of a step several-fold between machines."""
+    import torch
+
+    named = dict(pair.split("=", 1) for pair in sets)
+    precision = named.get("CODA_TRAINER_PRECISION") or os.environ.get("CODA_TRAINER_PRECISION")
+    precision = precision or read_recipe(recipe).get("trainer", {}).get("precision", "auto")
+    return "bf16" if compute_dtype(precision, "cpu") == torch.bfloat16 else "fp32"
 
 
 def step_stats(log_file: Path) -> dict:

@@ -119,3 +119,25 @@ def test_seconds_per_sft_step_tell_the_machines_speed(report):
     assert report.sft_step_s({"train_s": 600.0, "steps": 40, "rl_steps": 0}) == 15.0  # SFT only: the whole run
     assert report.sft_step_s({"train_s": 643.0, "warm_s": 110.0, "steps": 26, "rl_steps": 16}) == 11.0  # warm start
     assert report.sft_step_s({"train_s": 0.0}) is None  # untrained
+
+
+def test_a_run_records_what_its_trainer_computed_in(monkeypatch, tmp_path):
+    from shared import precision
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[rollout]\nagent = "search-r1"\n')
+    monkeypatch.delenv("CODA_TRAINER_PRECISION", raising=False)
+    with bench_module("qa", bench_on_path=True) as qa:
+        monkeypatch.setattr(precision, "native_bf16", lambda: True)
+        assert qa.matmul_precision(str(recipe), []) == "bf16"  # auto, on a CPU that multiplies bf16
+        assert qa.matmul_precision(str(recipe), ["CODA_TRAINER_PRECISION=fp32"]) == "fp32"  # --set wins
+        recipe.write_text('[trainer]\nprecision = "fp32"\n')
+        assert qa.matmul_precision(str(recipe), []) == "fp32"  # the recipe's
+        monkeypatch.setattr(precision, "native_bf16", lambda: False)
+        recipe.write_text("")
+        assert qa.matmul_precision(str(recipe), []) == "fp32"
+
+
+def test_the_speed_column_names_the_precision(report):
+    doc = {"runs": {"2wiki/sft/0": {**_run([0.5] * 4, 600), "steps": 40, "rl_steps": 0, "precision": "bf16"}}}
+    assert "| 15.0 (bf16) |" in report.method_row(doc, "2wiki", "sft")
