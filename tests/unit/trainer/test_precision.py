@@ -72,3 +72,16 @@ def test_bf16_autocast_mismatch_is_visible_and_bounded():
     metrics = mismatch_metrics(ours, sampler, batch.target_mask)
     assert 0 < metrics["mismatch_kl_k3"] < 1e-3, metrics
     assert ours.dtype == torch.float32  # logprobs leave the trainer in fp32
+
+
+def test_tests_compute_in_fp32_even_where_auto_would_pick_bf16(monkeypatch):
+    """tests/precision.py: the server's and the trainer's settings, in-process and in a service started with the
+    cleaned environment of the trainer harness, resolve to fp32 on a CPU where auto means bf16."""
+    from services.inference.config import InferenceSettings
+    from tests.integration.trainer.harness import trainer_env
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision.compute_dtype(InferenceSettings().precision, "cpu") == torch.float32
+    assert precision.compute_dtype(TrainerSettings().precision, "cpu") == torch.float32
+    env = trainer_env()
+    assert env["CODA_INFERENCE_PRECISION"] == env["CODA_TRAINER_PRECISION"] == "fp32"
