@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
 
 import psutil  # noqa: E402
+import torch  # noqa: E402
 
 from recipes import get_agent  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
@@ -47,6 +48,7 @@ from services.stack.processes import threads_for  # noqa: E402
 from services.stack.report import read_eval, read_log  # noqa: E402
 from services.stack.supervisor import Supervisor  # noqa: E402
 from services.stack.train import LocalStack  # noqa: E402
+from services.trainer.config import TrainerSettings  # noqa: E402
 from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
 
@@ -266,14 +268,11 @@ def commit() -> str:
 
 
 def matmul_precision(recipe: str, sets: list[str]) -> str:
-    """What the trainer computed in: its ``precision`` (--set, else the environment, else the recipe, else
-    auto) resolved on this CPU. auto means bf16 autocast on a CPU that multiplies bf16 natively
+    """What the trainer computed in: its ``precision`` (--set over the trainer's own settings: environment,
+    recipe, default) resolved on this CPU. auto means bf16 autocast on a CPU that multiplies bf16 natively
     (shared.precision), and that alone changes the seconds of a step several-fold between machines."""
-    import torch
-
     named = dict(pair.split("=", 1) for pair in sets)
-    precision = named.get("CODA_TRAINER_PRECISION") or os.environ.get("CODA_TRAINER_PRECISION")
-    precision = precision or read_recipe(recipe).get("trainer", {}).get("precision", "auto")
+    precision = TrainerSettings.load(recipe, precision=named.get("CODA_TRAINER_PRECISION")).precision
     return "bf16" if compute_dtype(precision, "cpu") == torch.bfloat16 else "fp32"
 
 
