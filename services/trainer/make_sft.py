@@ -17,7 +17,7 @@ the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with
 ``<answer>``), so co-training teaches the format the CoDA loop runs (upstream CoDA's SFT data never
 used ``<task>``; ``docs/upstream.md``).
 
-``--hops supporting`` (the multi-hop recipes) shows each hop of a two-hop question (``services.trainer.hops``):
+``--hops supporting`` (the multi-hop recipes) shows each hop of a two-hop question (``recipes.plans``):
 the flat agent searches twice (a bridge question: the question, then the bridge entity; a comparison: each
 compared entity), each search followed by what the retriever returned for it; the CoDA planner delegates one
 sub-question per hop, each to its own executor, when the row's annotations say what the hops ask (2Wiki's
@@ -46,7 +46,7 @@ from services.trainer.demonstrations import (
     planner_demonstration,
     search_demonstration,
 )
-from services.trainer.hops import HopPlan, plan
+from recipes.plans import HopPlan, plan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

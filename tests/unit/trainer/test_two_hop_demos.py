@@ -18,7 +18,7 @@ from recipes.datasets import PromptRecord
 from recipes.prompts import PLANNER_SYSTEM
 from recipes.search_r1 import reward as search_r1_reward
 from services.trainer.demonstrations import Style
-from services.trainer.hops import plan
+from recipes.plans import plan
 from services.trainer.make_sft import build
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder

@@ -156,3 +156,14 @@ def plan(row: dict) -> HopPlan | None:
         bridges = [o for _, _, o in levels[0]] if len(levels) == 2 else [entity(t) for t in ends]
         queries, targets = (question, " ".join(bridges)), (tuple(compared), tuple(ends))
     return HopPlan(kind, queries, targets, _tasks(levels, golds, kind))
+
+
+def plan_for_record(record) -> HopPlan | None:
+    """The plan of a rollout's ``PromptRecord``, for rewards that score each delegation against its own expected
+    result; None for a held-out question (its annotations never reach training) or one without a plan."""
+    from recipes.datasets import HELDOUT
+
+    if record.split == HELDOUT:
+        return None
+    row = {"question": record.question, "golden_answers": list(record.golden_answers), "metadata": record.metadata}
+    return plan(row)
