@@ -1,35 +1,70 @@
 """The multi-hop QA bench's report: ``bench/results/qa.md`` from ``qa.json`` (written by ``bench/qa.py``).
 
 Per dataset one table (methods as rows; EM and F1 with 95% bootstrap intervals over questions, searches and
-generated tokens per question, training wall time, speed and memory), the same F1 by question type, and the
-targets of the benchmark checked against the numbers.
+generated tokens per question, training wall time, speed and memory), the same F1 by question type, paired
+differences between arms (``PAIRS``), how the CoDA arms split their questions (per run, and per question type
+against each question's hop plan), and the targets of the benchmark checked against the numbers.
+
+The arms (``ARMS``) are defined here, with what each runs (``bench/qa.py`` reads the table): its recipe, how it
+is trained, and the environment its services get over the recipe.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-# name -> (dataset, flat recipe, CoDA recipe)
-DATASETS = {
-    "hotpotqa": ("bundled:hotpotqa-dev", "smol-hotpotqa", "smol-coda-hotpotqa"),
-    "2wiki": ("bundled:2wiki-dev", "smol-2wiki", "smol-coda-2wiki"),
-}
+from recipes.rewards.peco import RESTATES  # a CoDA task this close to the question delegates it whole
+
+# name -> the dataset (its fixed held-out split is what every arm is evaluated on)
+DATASETS = {"hotpotqa": "bundled:hotpotqa-dev", "2wiki": "bundled:2wiki-dev"}
+# An arm's recipe kind -> configs/<stem>.toml, ``{}`` being the dataset's name.
+RECIPES = {"flat": "smol-{}", "coda": "smol-coda-{}", "thinker": "smol-thinker-{}"}
 TITLES = {"hotpotqa": "HotpotQA (distractor dev, hard)", "2wiki": "2WikiMultihopQA (dev)"}
-METHODS = {
-    "zero-shot": "(a) zero-shot, search protocol",
-    "naive-rag": "(b) naive RAG, top-3, one turn",
-    "sft": "(c) SFT only",
-    "flat": "(d) flat Search-R1, GRPO + RED",
-    "coda": "(e) CoDA planner + executor, GRPO + RED",
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One method of the bench. ``recipe``: a key of ``RECIPES``. ``training``: None (untrained, evaluated
+    once), ``"sft"`` (the recipe's demonstrations only, for the whole ``--train-s``) or ``"rl"`` (a warm start
+    of ``--warm-steps`` SFT steps, then GRPO + RED, inside the same budget). ``env``: set for every service of
+    its runs that trains or evaluates (trainer, rollout, the eval job), over the recipe."""
+
+    label: str
+    recipe: str = "flat"
+    training: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+ARMS = {
+    "zero-shot": Arm("(a) zero-shot, search protocol"),
+    "naive-rag": Arm("(b) naive RAG, top-3, one turn", env={"CODA_ROLLOUT_AGENT": "naive-rag"}),
+    "sft": Arm("(c) SFT only", training="sft"),
+    "flat": Arm("(d) flat Search-R1, GRPO + RED", training="rl"),
+    "coda-sft": Arm("(e) CoDA planner + executor, SFT only", "coda", "sft"),
+    "coda": Arm("(f) CoDA planner + executor, GRPO + RED", "coda", "rl"),
+    "coda-shared": Arm(
+        "(g) CoDA, GRPO + RED, shared reward (ablation)",
+        "coda",
+        "rl",
+        {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
+    ),
+    "thinker-searcher": Arm("(h) Thinker + frozen searcher, GRPO + RED", "thinker", "rl"),
 }
-TRAINED = ("sft", "flat", "coda")
-RL = ("flat", "coda")
+METHODS = {name: arm.label for name, arm in ARMS.items()}
+TRAINED = tuple(name for name, arm in ARMS.items() if arm.training)
+RL = tuple(name for name, arm in ARMS.items() if arm.training == "rl")
+SFT_ONLY = tuple(name for name, arm in ARMS.items() if arm.training == "sft")
+CODA_LIKE = tuple(name for name, arm in ARMS.items() if arm.recipe == "coda")  # rows with the planner's tasks
+# Paired differences the report tables (first − second, on the same questions), overall and for these types.
+PAIRS = (("coda", "flat"), ("coda", "coda-sft"), ("coda", "coda-shared"), ("thinker-searcher", "flat"))
+PAIRED_TYPES = {"hotpotqa": (), "2wiki": ("compositional",)}
 TARGET_F1 = {"hotpotqa": 0.35, "2wiki": 0.40}
 MARGIN = 0.10
-RESTATES = 0.8  # a CoDA task with this token F1 against the question delegates it whole
 
 
 def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
@@ -42,6 +77,16 @@ def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95)
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(means, [tail, 100 - tail])
     return float(x.mean()), float(lo), float(hi)
+
+
+def paired_ci(
+    a: dict[str, float], b: dict[str, float], ids=None, n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """The mean difference a − b over the questions both arms have (or ``ids``) and its paired 95% bootstrap
+    interval: every resample draws question indices once and takes both arms' scores at them, which is
+    ``bootstrap_ci`` over the per-question differences (a question's score: its F1 averaged over the seeds)."""
+    ids = sorted(set(a) & set(b)) if ids is None else sorted(ids)
+    return bootstrap_ci([a[q] - b[q] for q in ids], n_boot=n_boot, seed=seed)
 
 
 def per_question(runs: list[dict], key: str) -> dict[str, float]:
@@ -141,7 +186,7 @@ def _current_types(dataset: str) -> dict[str, str]:
         from recipes.datasets import load_prompts, question_type
     except ImportError:
         return {}
-    return {r.prompt_id: question_type(r) for r in load_prompts(DATASETS[dataset][0])}
+    return {r.prompt_id: question_type(r) for r in load_prompts(DATASETS[dataset])}
 
 
 def type_table(doc: dict, dataset: str) -> list[str]:
@@ -167,28 +212,71 @@ def type_table(doc: dict, dataset: str) -> list[str]:
     return out
 
 
-def delegations(row: dict) -> dict:
+def delegations(row: dict, expected: Sequence[Sequence[str]] | None = None) -> dict:
     """What ``qa.json`` keeps of a CoDA episode's split of its question (``{}`` for other agents, from an eval
     row's ``facts``): the tasks the planner delegated, how many restate the question (no decomposition), the
-    best F1 an executor's answer had against the gold answers, and whether the final answer is an executor's."""
+    best F1 an executor's answer had against the gold answers, whether the final answer is an executor's, how
+    many executors answered nothing, whether task 2 builds on task 1's result (``chained``: it contains task
+    1's executor answer, both normalised, the answer not empty; None with fewer than two tasks), and, given the
+    question's hop plan (``expected``: per delegation of ``recipes.plans.plan``, the answers its sub-question
+    expects; ``expected_results``), the sub-answer F1 of each hop (``hop_f1``)."""
     from recipes.answers import normalize_answer, token_f1  # the project's scoring; the report alone needs none
 
     facts = row.get("facts") or {}
     if "tasks" not in facts:
         return {}
-    tasks, answers = facts["tasks"], [a for a in facts["executor_answers"] if a]
+    tasks, said = facts["tasks"], [a or "" for a in facts["executor_answers"]]
+    answers = [a for a in said if a]
     final = normalize_answer(row.get("prediction") or "")
+    first = normalize_answer(said[0]) if said else ""
     return {
         "tasks": len(tasks),
         "restated": sum(token_f1(task, row["question"]) >= RESTATES for task in tasks),
         "executor_f1": max((token_f1(a, row["golden_answers"]) for a in answers), default=0.0),
         "passed_on": bool(final) and any(normalize_answer(a) == final for a in answers),
+        "empty_answers": sum(not a.strip() for a in said),
+        "chained": (bool(first) and f" {first} " in f" {normalize_answer(tasks[1])} ") if len(tasks) >= 2 else None,
+        **hop_f1(said, expected),
     }
 
 
+def hop_f1(said: Sequence[str], expected: Sequence[Sequence[str]] | None) -> dict:
+    """Each executor's answer against the sub-question its plan expects at the same delegation index (token F1,
+    the best over that sub-question's answers; a delegation the planner never made scores 0). Hop 1 is the
+    first half of the plan's sub-questions, hop 2 the second half: a bridge's two hops; a comparison's first
+    and second compared entity; a bridge_comparison's four (both entities' first hops, then both second hops)
+    averaged two by two. ``planned``: the plan's sub-questions (0: no plan, no hop F1)."""
+    from recipes.answers import token_f1
+
+    if not expected:
+        return {"planned": 0, "hop1_f1": None, "hop2_f1": None}
+    f1 = [token_f1(said[i], list(answers)) if i < len(said) else 0.0 for i, answers in enumerate(expected)]
+    half = len(f1) // 2 or 1
+    return {"planned": len(f1), "hop1_f1": sum(f1[:half]) / half, "hop2_f1": _mean(f1[half:])}
+
+
+def expected_results(dataset: str) -> dict[str, list[tuple[str, ...]]]:
+    """Each held-out question's hop plan (``recipes.plans.plan`` over its annotations), as the answers each
+    delegation should return, by question id; questions without a plan (or without sub-questions) are absent.
+    Only to measure an eval: no training path reads a held-out question's annotations."""
+    from recipes.datasets import HELDOUT, load_prompts
+    from recipes.plans import plan
+
+    out = {}
+    for r in load_prompts(DATASETS[dataset]):
+        if r.split != HELDOUT:
+            continue
+        found = plan({"question": r.question, "golden_answers": list(r.golden_answers), "metadata": r.metadata})
+        if found is not None and found.tasks:
+            out[r.prompt_id] = [tuple(sq.answers) for sq in found.tasks]
+    return out
+
+
 def delegation_table(doc: dict, dataset: str) -> list[str]:
-    """CoDA's runs: how the planner split the questions (rows recorded with ``tasks``; older runs have none)."""
-    runs = [(key, r) for key, r in sorted(doc["runs"].items()) if key.startswith(f"{dataset}/coda/")]
+    """The CoDA arms' runs: how the planner split the questions (rows recorded with ``tasks``; older runs have
+    none)."""
+    prefixes = tuple(f"{dataset}/{m}/" for m in CODA_LIKE)
+    runs = [(key, r) for key, r in sorted(doc["runs"].items()) if key.startswith(prefixes)]
     runs = [(key, r) for key, r in runs if r["rows"] and all("tasks" in row for row in r["rows"])]
     if not runs:
         return []
@@ -218,16 +306,124 @@ def _share(flags) -> str:
     return f"{sum(flags) / len(flags):.0%}" if flags else "–"
 
 
+def hierarchy_stats(rows: list[dict]) -> dict:
+    """How a CoDA arm's planner split these rows' questions (rows of ``delegations`` with a hop plan's fields):
+    tasks per question; the share of questions split into two or more tasks; the share of tasks restating the
+    question; of the split questions, the share whose task 2 builds on task 1's answer; hop-1 and hop-2
+    sub-answer F1 over the questions with a plan (``planned``: how many); the share of executors that answered
+    nothing; the final answer's F1. None where nothing was there to count."""
+    tasks = sum(row["tasks"] for row in rows)
+    split = [row for row in rows if row["tasks"] >= 2]
+    planned = [row for row in rows if row.get("hop1_f1") is not None]
+    return {
+        "questions": len(rows),
+        "tasks_per_q": tasks / len(rows) if rows else None,
+        "split": _mean([float(row["tasks"] >= 2) for row in rows]),
+        "restating": sum(row["restated"] for row in rows) / tasks if tasks else None,
+        "chain": _mean([float(bool(row["chained"])) for row in split]),
+        "planned": len(planned),
+        "hop1_f1": _mean([row["hop1_f1"] for row in planned]),
+        "hop2_f1": _mean([row["hop2_f1"] for row in planned]),
+        "empty": sum(row["empty_answers"] for row in rows) / tasks if tasks else None,
+        "f1": _mean([row["f1"] for row in rows]),
+    }
+
+
+def hierarchy_table(doc: dict, dataset: str) -> list[str]:
+    """``hierarchy_stats`` per CoDA arm (its seeds pooled) and question type, over the runs recorded with the
+    plan's fields (older runs have none)."""
+    today = _current_types(dataset)
+    out = []
+    for method in CODA_LIKE:
+        runs = [r for r in _runs(doc, dataset, method) if r["rows"] and all("empty_answers" in x for x in r["rows"])]
+        if not runs:
+            continue
+        rows = [row for run in runs for row in run["rows"]]
+        by_type: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            by_type[today.get(row["id"], row["type"])].append(row)
+        names = sorted(by_type, key=lambda t: (-len(by_type[t]), t))
+        for name, group in [*((t, by_type[t]) for t in names), ("all", rows)]:
+            st = hierarchy_stats(group)
+            pct = lambda x: _num(x, "{:.0%}")  # noqa: E731
+            out.append(
+                f"| {METHODS[method]} | {name} | {len({row['id'] for row in group})} × {len(runs)} | "
+                f"{_num(st['tasks_per_q'], '{:.2f}')} | {pct(st['split'])} | {pct(st['restating'])} | "
+                f"{pct(st['chain'])} | {st['planned']} | {_num(st['hop1_f1'], '{:.3f}')} | "
+                f"{_num(st['hop2_f1'], '{:.3f}')} | {pct(st['empty'])} | {_num(st['f1'], '{:.3f}')} |"
+            )
+    if not out:
+        return []
+    return [
+        "",
+        "CoDA's delegations by question type (greedy, held out; seeds pooled): tasks per question; questions split "
+        f"into two or more tasks; tasks restating the question (token F1 ≥ {RESTATES}); chain: of the split "
+        "questions, those whose task 2 contains task 1's executor answer (normalised, not empty); hop-1 / hop-2 F1: "
+        "each executor's answer against the sub-question the question's plan (`recipes.plans`, from the held-out "
+        "annotations, read to measure only) expects at the same delegation index, over the planned questions (a "
+        "delegation not made scores 0; hop 1 = the first half of the plan's sub-questions, hop 2 = the second "
+        "half: a bridge's two hops, a comparison's two entities, a bridge_comparison's two first hops then two "
+        "second hops); executors that answered nothing; the final answer's F1.",
+        "",
+        "| arm | type | questions × runs | tasks / q | split (≥ 2 tasks) | restating | chain | planned | hop-1 F1 | "
+        "hop-2 F1 | empty executor answers | final F1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *out,
+    ]
+
+
+def paired_table(doc: dict, dataset: str) -> list[str]:
+    """``PAIRS``: F1 of one arm minus another's on the same questions, with paired 95% intervals, overall and
+    for ``PAIRED_TYPES``."""
+    f1 = {m: per_question(runs, "f1") for m in METHODS if (runs := _runs(doc, dataset, m))}
+    pairs = [(a, b) for a, b in PAIRS if a in f1 and b in f1]
+    if not pairs:
+        return []
+    today = _current_types(dataset)
+    types = PAIRED_TYPES.get(dataset, ())
+    out = [
+        "",
+        "Paired differences (F1 of the first arm minus the second's on the same questions, each question's F1 "
+        "averaged over an arm's seeds; 95% paired bootstrap: 2,000 resamples of the questions, the same resample "
+        "for both arms, seed 0):",
+        "",
+        "| difference | overall |" + "".join(f" {t} |" for t in types),
+        "|---|---|" + "---|" * len(types),
+    ]
+    for a, b in pairs:
+        ids = sorted(set(f1[a]) & set(f1[b]))
+        cells = [_fmt_diff(paired_ci(f1[a], f1[b], ids), len(ids))]
+        for t in types:
+            of_type = [q for q in ids if today.get(q, _row_type(doc, dataset, q)) == t]
+            cells.append(_fmt_diff(paired_ci(f1[a], f1[b], of_type), len(of_type)))
+        out.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _fmt_diff(m: tuple[float, float, float], n: int) -> str:
+    return "–" if n == 0 else f"{m[0]:+.3f} [{m[1]:+.3f}, {m[2]:+.3f}] (n={n})"
+
+
+def _row_type(doc: dict, dataset: str, qid: str) -> str:
+    """A question's type as a run recorded it (when the project cannot say it today)."""
+    for key, run in doc["runs"].items():
+        if key.startswith(f"{dataset}/"):
+            for row in run["rows"]:
+                if row["id"] == qid:
+                    return row["type"]
+    return "unknown"
+
+
 def targets(doc: dict, dataset: str) -> list[str]:
-    """The benchmark's bar: the best RL method above the best untrained one and SFT only by >= MARGIN F1 with
-    disjoint intervals, and held-out F1 >= TARGET_F1."""
+    """The benchmark's bar: the best RL method above the best untrained one and the best SFT-only one by
+    >= MARGIN F1 with disjoint intervals, and held-out F1 >= TARGET_F1."""
     f1 = {m: _ci(_runs(doc, dataset, m), "f1") for m in METHODS if _runs(doc, dataset, m)}
     rl = [m for m in RL if m in f1]
     if not rl:
         return ["- no GRPO method measured yet"]
     best = max(rl, key=lambda m: f1[m][0])
     lines = []
-    for rivals, what in ((["zero-shot", "naive-rag"], "the best untrained method"), (["sft"], "SFT only")):
+    for rivals, what in ((["zero-shot", "naive-rag"], "the best untrained method"), (list(SFT_ONLY), "SFT only")):
         have = [m for m in rivals if m in f1]
         if not have:
             lines.append(f"- against {what}: not measured")
@@ -248,6 +444,33 @@ def targets(doc: dict, dataset: str) -> list[str]:
     return lines
 
 
+# What the CoDA runs recorded before the bench noted their reward trained with: CoDA's shared reward (the only
+# one the recipes had) and the trainer's default role_baseline.
+EARLIER_REWARD = "shared / inherit"
+
+
+def rewards(doc: dict, dataset: str) -> list[str]:
+    """The reward each CoDA RL arm's runs trained with (``bench/qa.py`` records the rollout's ``reward_mode`` and
+    the trainer's ``role_baseline``): one arm key, two meanings over time, so the table says which."""
+    said = []
+    for method in (m for m in CODA_LIKE if m in RL):
+        runs = {key: r for key, r in sorted(doc["runs"].items()) if key.startswith(f"{dataset}/{method}/")}
+        if runs:
+            used = defaultdict(list)
+            for key, r in runs.items():
+                used[r.get("reward") or f"{EARLIER_REWARD} (recorded before the bench noted it)"].append(
+                    key.split("/")[2]
+                )
+            said.append(f"{method}: " + ", ".join(f"{how} (seeds {', '.join(s)})" for how, s in used.items()))
+    return ["", "CoDA rewards (rollout reward_mode / trainer role_baseline): " + "; ".join(said) + "."] if said else []
+
+
+def searchers(doc: dict, dataset: str) -> list[str]:
+    """What the thinker-searcher runs' frozen searcher was (``bench/qa.py`` records it with each run)."""
+    used = sorted({r.get("searcher") or "?" for r in _runs(doc, dataset, "thinker-searcher")})
+    return ["", f"{METHODS['thinker-searcher']}: the searcher was " + "; ".join(used) + "."] if used else []
+
+
 def _seeds(doc: dict) -> list[str]:
     """The seeds the trained runs used (keys ``dataset/method/seed``), over every ``bench/qa.py`` call."""
     return sorted({key.split("/")[2] for key in doc["runs"] if key.count("/") == 2}, key=int)
@@ -264,9 +487,16 @@ def write_report(doc: dict, md: Path) -> None:
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "
         f"decoding. Seeds: {', '.join(_seeds(doc)) or '–'} (the runs of a trained method are its seeds); a method "
         "missing below was not run (`--methods`). "
-        "Trained methods: the same demonstrations (make-sft over the train split) and "
-        f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' {cfg['warm_steps']}-step SFT warm "
-        "start inside it), one run per seed; their intervals pool the seeds (each question's score averaged over "
+        "Arms (e)-(g) run the CoDA recipe (`smol-coda-*`): (e) its planner and executor demonstrations only; (f) a "
+        "warm start, then GRPO + RED with the recipe's reward (per role, `recipes/rewards/peco.py`, executors with "
+        "their own baseline, since the recipes made it the default; the reward each run had is named under the "
+        "table); (g) the same with CoDA's shared reward and the planner's advantage inherited by its executors "
+        "(`CODA_ROLLOUT_REWARD_MODE=shared`, `CODA_TRAINER_ROLE_BASELINE=inherit`). (h) a Thinker trained like (d) "
+        "whose searches go to a frozen searcher (`smol-thinker-*`; its searcher is named under the table). "
+        "Trained methods: demonstrations of the same questions (make-sft over the train split; the CoDA arms' in "
+        "CoDA's format) and "
+        f"{cfg['train_s']:.0f} s of training wall time each (the RL methods' SFT warm start inside it: "
+        f"{str(cfg['warm_steps']) + ' steps' if cfg.get('warm_steps') else 'the recipe’s warm_start_steps'}), one run per seed; their intervals pool the seeds (each question's score averaged over "
         "the runs). Intervals: 95% percentile bootstrap over questions (2,000 resamples). Train reward: the mean "
         "reward of the RL steps' sampled episodes (not greedy, not held out). s / SFT step: wall seconds a "
         "demonstrations-only step took, per run (the SFT run, or the RL run's warm start): the same work in every "
@@ -289,7 +519,9 @@ def write_report(doc: dict, md: Path) -> None:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
-        lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), *delegation_table(doc, dataset)]
+        lines += rewards(doc, dataset) + searchers(doc, dataset)
+        lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), *paired_table(doc, dataset)]
+        lines += [*delegation_table(doc, dataset), *hierarchy_table(doc, dataset)]
         lines += ["", "Targets:", ""]
         lines += targets(doc, dataset)
         lines.append("")

@@ -3,22 +3,36 @@
     .venv/bin/python bench/qa.py                                   # the recorded run (bench/results/qa.md)
     .venv/bin/python bench/qa.py --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
 
-Methods (all evaluated greedily on the dataset's fixed held-out split, ``bundled:<name>-dev``; the first
-``--limit`` of its questions, or all of them):
+Methods (``_qa_report.ARMS``: recipe, training, environment; all evaluated greedily on the dataset's fixed
+held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, or all of them):
 - ``zero-shot``: SmolLM2-135M-Instruct untrained, with the flat search protocol (it may search);
 - ``naive-rag``: untrained, the top-3 passages for the question itself, one answer turn;
-- ``sft``: SFT only on the demonstrations (make-sft, train split) for the whole budget;
-- ``flat``: the flat Search-R1 agent, a warm start of ``--warm-steps`` SFT steps, then GRPO + RED;
-- ``coda``: CoDA's planner + executor, the same warm start (CoDA demonstrations), then GRPO + RED.
-Every trained method gets the same demonstrations (every kept training question's) and the same
-``--train-s`` seconds of training wall time, warm start included, measured from the trainer's start to its
-exit (its checkpoint included); the evals are outside it. Each trained method runs once per ``--seeds`` seed.
+- ``sft``: SFT only on the flat demonstrations (make-sft, train split) for the whole budget;
+- ``flat``: the flat Search-R1 agent, a warm start (the recipe's ``warm_start_steps``), then GRPO + RED;
+- ``coda-sft``: CoDA's planner + executor, SFT only on CoDA's demonstrations for the whole budget;
+- ``coda``: CoDA's planner + executor, the same warm start (CoDA demonstrations), then GRPO + RED with the
+  recipe's reward (per role: ``recipes/rewards/peco.py``, executors with their own baseline);
+- ``coda-shared``: ``coda`` with CoDA's shared reward and the planner's advantage inherited by its executors
+  (``CODA_ROLLOUT_REWARD_MODE=shared``, ``CODA_TRAINER_ROLE_BASELINE=inherit``): the ablation;
+- ``thinker-searcher``: a Thinker (``configs/smol-thinker-<name>.toml``) trained like ``flat`` (flat
+  demonstrations, warm start, GRPO + RED) whose ``<search>`` goes to the searcher service: a frozen search
+  agent that searches the same retriever and answers the query. Which model it is: ``--searcher``; by default
+  the final LoRA adapter of the ``coda-sft`` run of the same dataset and seed (trained on CoDA's planner +
+  executor demonstrations, i.e. a trained executor), loaded into the same inference server under the name
+  ``searcher`` beside the policy's adapters, never updated. Its training is not in the Thinker's budget (as
+  upstream's searcher is a model trained elsewhere); ``--searcher base``: the untrained model (served as
+  ``policy``). The searcher's own prompt (``recipes.prompts.searcher_messages``) is not the executor's.
+Every trained method gets demonstrations of the same questions (every kept training question's, in its
+agent's format) and the same ``--train-s`` seconds of training wall time, warm start included, measured from
+the trainer's start to its exit (its checkpoint included); the evals are outside it. Each trained method runs
+once per ``--seeds`` seed.
 
-For each run the bench keeps every question's EM, F1, searches, generated tokens and type, and the training
+For each run the bench keeps every question's EM, F1, searches, generated tokens and type (CoDA arms: also how
+the planner split it, scored against the question's hop plan: ``_qa_report.delegations``), and the training
 runs' seconds per step and peak RSS per service; ``bench/results/qa.md`` (tables with 95% bootstrap
-intervals, overall and by question type) and ``qa.json`` (the raw numbers) are rewritten after every run, so
-an interrupted bench leaves what it measured. A run already in ``qa.json`` is not run again (``--fresh``).
-One timed job at a time: two on 2 cores measure neither.
+intervals, overall and by question type, paired differences between arms) and ``qa.json`` (the raw numbers)
+are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json``
+is not run again (``--again``, ``--fresh``). One timed job at a time: two on 2 cores measure neither.
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +57,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from recipes import get_agent  # noqa: E402
+from services.rollout.config import RolloutSettings  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
 from services.stack.prepare import Layout  # noqa: E402
 from services.stack.processes import threads_for  # noqa: E402
@@ -54,13 +70,16 @@ from shared.settings import read_recipe  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from _peer_trl_parts import tree_rss  # noqa: E402
-from _qa_report import DATASETS, METHODS, TRAINED, delegations, write_report  # noqa: E402
+from _qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
 # Each stack job (make-sft, the eval) may run this long. The recipes' 1800 s is for make train; a CoDA eval of
 # 150 held-out questions (a planner turn per hop, an executor per sub-question) took longer than that here.
 JOB_TIMEOUT_S = 4 * 3600.0
+SEARCHER_ADAPTER = "searcher"  # the name thinker-searcher's frozen searcher adapter is served under
+SEARCHERS = ("coda-sft", "sft", "base")  # --searcher: the arm whose final adapter the searcher is, or base
+SETTINGS = {"CODA_ROLLOUT_": RolloutSettings, "CODA_TRAINER_": TrainerSettings}  # what an arm's env may set
 
 
 def say(message: str) -> None:
@@ -68,7 +87,51 @@ def say(message: str) -> None:
 
 
 def recipe_of(dataset: str, method: str) -> str:
-    return str(ROOT / "configs" / f"{DATASETS[dataset][2 if method == 'coda' else 1]}.toml")
+    return str(ROOT / "configs" / f"{RECIPES[ARMS[method].recipe].format(dataset)}.toml")
+
+
+def check_env(recipe: str, env: dict[str, str]) -> None:
+    """Refuse an arm's environment that a service would ignore or reject: every ``CODA_ROLLOUT_``/``CODA_TRAINER_``
+    name must be a field of that service's settings and its value valid there (pydantic ignores an unknown
+    variable silently: an ablation would run as the default and be reported as the ablation)."""
+    for name, value in env.items():
+        for prefix, settings in SETTINGS.items():
+            if not name.startswith(prefix):
+                continue
+            key = name.removeprefix(prefix).lower()
+            if key not in settings.model_fields:
+                raise SystemExit(f"{name}: {settings.__name__} has no setting {key!r} (recipe {recipe})")
+            try:
+                settings.load(recipe, **{key: value})
+            except ValueError as exc:
+                raise SystemExit(f"{name}={value}: {settings.__name__} refuses it:\n{exc}") from None
+
+
+def coda_reward(recipe: str, env: dict[str, str]) -> str:
+    """The reward a CoDA run trains with, ``reward_mode / role_baseline`` (the rollout's and the trainer's: the
+    arm's environment over --set over the recipe); recorded with the run (the arm ``coda`` had the shared reward
+    before the recipes made the per-role one their default)."""
+    rollout = RolloutSettings.load(recipe, reward_mode=env.get("CODA_ROLLOUT_REWARD_MODE"))
+    trainer = TrainerSettings.load(recipe, role_baseline=env.get("CODA_TRAINER_ROLE_BASELINE"))
+    return f"{rollout.reward_mode} / {trainer.role_baseline}"
+
+
+def searcher_adapter(root: Path, dataset: str, source: str, seed: int) -> Path:
+    """The final LoRA adapter (the highest ``policy-vN`` its trainer published) of arm ``source``'s run of this
+    dataset and seed under ``root``: thinker-searcher's frozen searcher."""
+    weights = root / dataset / f"{source}-seed{seed}" / "weights"
+    found = [
+        (int(m.group(1)), folder)
+        for folder in (weights.iterdir() if weights.is_dir() else [])
+        if (m := re.fullmatch(r"policy-v(\d+)", folder.name)) and (folder / "adapter_config.json").is_file()
+    ]
+    if not found:
+        raise RuntimeError(
+            f"thinker-searcher: its searcher is the {source} arm's adapter of seed {seed}, but {weights} holds none "
+            f"(no such run here): run `bench/qa.py --datasets {dataset} --methods {source} --seeds {seed}` first "
+            "(same --root), or choose `--searcher base`"
+        )
+    return max(found)[1]
 
 
 class Bench:
@@ -78,11 +141,13 @@ class Bench:
         self.json = RESULTS / f"{args.name}.json"
         self.doc = json.loads(self.json.read_text()) if self.json.is_file() and not args.fresh else {}
         self.doc.setdefault("runs", {})
+        self.plans: dict[str, dict] = {}  # dataset -> expected_results (read once)
         self.doc["config"] = {
             "train_s": args.train_s,
             "warm_steps": args.warm_steps,
             "limit": args.limit,
             "seeds": args.seeds,
+            "searcher": args.searcher,
             "machine": f"{os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         }
 
@@ -97,9 +162,39 @@ class Bench:
         run.mkdir(parents=True, exist_ok=True)
         return LocalStack(recipe, settings, run=run, layout=layout, say=say)
 
-    def evaluate(self, stack: LocalStack, sup: Supervisor, dataset: str, policy: str, **env: str) -> dict:
+    def start_servers(self, stack: LocalStack, sup: Supervisor, searcher: Path | None) -> None:
+        """The recipe's servers; with ``searcher`` (an adapter in the run's folder) the searcher service serves
+        it: loaded into the inference server under ``SEARCHER_ADAPTER`` before the searcher starts."""
+        if searcher is None:
+            stack.start_servers(sup)
+            return
+        stack.start_servers(sup, searcher=False)
+        load_adapter(stack, SEARCHER_ADAPTER, searcher)
+        env = {"CODA_SEARCHER_MODEL_NAME": SEARCHER_ADAPTER}
+        sup.start(stack.service("searcher", ["services.searcher", "serve"], stack.ports.searcher, **env))
+        say(f"searcher healthy: {searcher.name} served as {SEARCHER_ADAPTER!r}")
+
+    def searcher_for(self, run: Path, dataset: str, method: str, seed: int) -> tuple[Path | None, str | None]:
+        """thinker-searcher's frozen searcher (``--searcher``): a copy, in the run's folder (the inference server
+        loads adapters from under it), of another arm's final adapter, and what to record of it; (None, what)
+        for the base model; (None, None) for the other arms."""
+        if method != "thinker-searcher":
+            return None, None
+        if self.a.searcher == "base":
+            return None, "the untrained base model (served as the policy's base, `policy`)"
+        source = searcher_adapter(self.root, dataset, self.a.searcher, seed)  # fails before anything starts
+        copy = run / "searcher-adapter"
+        shutil.copytree(source, copy)
+        rel = source.relative_to(self.root) if source.is_relative_to(self.root) else source
+        return copy, f"the final adapter of the {self.a.searcher} run of seed {seed} (`{rel}`), frozen"
+
+    def evaluate(
+        self, stack: LocalStack, sup: Supervisor, dataset: str, policy: str, searcher: Path | None = None, **env: str
+    ) -> dict:
         """The greedy held-out eval, alone on the machine: the inference server is restarted with every core
-        (during training it has one, beside the trainer), and the last published adapter loaded into it."""
+        (during training it has one, beside the trainer), and the last published adapter loaded into it (and
+        the searcher's, ``searcher``). Each CoDA row is scored against its question's hop plan (``delegations``;
+        the held-out annotations are read here, to measure, and nowhere in training)."""
         serving = next(s for s in sup.services if s.name == "inference")
         sup.stop(serving)
         fresh = stack.inference_service()
@@ -108,8 +203,13 @@ class Bench:
         sup.start(fresh)
         if policy == "live":
             reload_last_adapter(stack)
+        if searcher is not None:
+            load_adapter(stack, SEARCHER_ADAPTER, searcher)
+        if dataset not in self.plans:
+            self.plans[dataset] = expected_results(dataset)
+        plans = self.plans[dataset]
         out = stack.layout.evals / "final"
-        args = ["services.rollout", "eval", "--dataset", DATASETS[dataset][0], "--split", "eval"]
+        args = ["services.rollout", "eval", "--dataset", DATASETS[dataset], "--split", "eval"]
         args += ["--eval-output", str(out), "--eval-policy", policy]
         args += ["--eval-limit", str(self.a.limit)] if self.a.limit else []  # the first N, in file order
         started = time.time()
@@ -129,7 +229,7 @@ class Bench:
                     "searches": r.get("searches", 0),
                     "tokens": r.get("generated_tokens", 0),
                     "hit": r.get("search_hit"),
-                    **delegations(r),
+                    **delegations(r, plans.get(r["prompt_id"])),
                 }
                 for r in rows
             ],
@@ -164,37 +264,46 @@ class Bench:
 
     # ---------------------------------------------------------------- methods
     def untrained(self, dataset: str, method: str) -> dict:
+        env = ARMS[method].env
+        check_env(recipe_of(dataset, method), env)
         run = self.root / dataset / method
         shutil.rmtree(run, ignore_errors=True)
         stack = self.stack(dataset, method, run)
-        env = {"CODA_ROLLOUT_AGENT": "naive-rag"} if method == "naive-rag" else {}
         with Supervisor(run / "logs") as sup:
             stack.prepare(sup)
             stack.start_servers(sup)
             return {"train_s": 0.0, **self.evaluate(stack, sup, dataset, "base", **env)}
 
     def trained(self, dataset: str, method: str, seed: int) -> dict:
+        arm = ARMS[method]
+        check_env(recipe_of(dataset, method), arm.env)
         run = self.root / dataset / f"{method}-seed{seed}"
         shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        searcher, searcher_is = self.searcher_for(run, dataset, method, seed)
         stack = self.stack(dataset, method, run)
         peaks: dict[str, float] = {}
         with Supervisor(run / "logs") as sup:
             stack.prepare(sup)
-            stack.start_servers(sup)
+            self.start_servers(stack, sup, searcher)
             sft = stack.make_sft(sup)
             env = {
                 "CODA_TRAINER_SFT_DATA": str(sft),
                 "CODA_TRAINER_CHECKPOINT_EVERY": MANY_STEPS,  # one checkpoint, when stopped
                 "CODA_TRAINER_SEED": str(seed),
                 "CODA_ROLLOUT_SEED": str(seed),
+                **arm.env,
             }
             sft_only = {"CODA_TRAINER_SFT_ONLY": "true", "CODA_TRAINER_RED_MODE": "fixed"}
-            if method == "sft":
+            if arm.training == "sft":
                 used = self.train_for(
                     stack, sup, self.a.train_s, False, peaks, **env, **sft_only, CODA_TRAINER_MAX_STEPS=MANY_STEPS
                 )
                 warm_s = 0.0
             else:
+                # The recipe's warm start unless --warm-steps says: CoDA's is longer, so that its planner sees
+                # 40 split demonstrations before RL (the trainer's start-up log counts them).
+                warm_steps = self.a.warm_steps or stack.settings.warm_start_steps
                 warm_s = self.train_for(
                     stack,
                     sup,
@@ -203,16 +312,22 @@ class Bench:
                     peaks,
                     **env,
                     **sft_only,
-                    CODA_TRAINER_MAX_STEPS=str(self.a.warm_steps),
+                    CODA_TRAINER_MAX_STEPS=str(warm_steps),
                 )
                 used = warm_s + self.train_for(
                     stack, sup, self.a.train_s - warm_s, True, peaks, **env, CODA_TRAINER_MAX_STEPS=MANY_STEPS
                 )
             rec = {"train_s": round(used, 1), "warm_s": round(warm_s, 1), "peak_rss_mb": peaks}
+            if arm.training != "sft":
+                rec["warm_steps"] = warm_steps
             rec["precision"] = matmul_precision(recipe_of(dataset, method), self.a.set)
             rec.update(step_stats(run / "trainer" / "train.jsonl"))
+            if searcher_is:
+                rec["searcher"] = searcher_is
+            if arm.recipe == "coda" and arm.training == "rl":
+                rec["reward"] = coda_reward(recipe_of(dataset, method), arm.env)
             say(f"{dataset} {method} seed {seed}: {rec['steps']} steps in {used:.0f}s")
-            rec.update(self.evaluate(stack, sup, dataset, "live"))
+            rec.update(self.evaluate(stack, sup, dataset, "live", searcher, **arm.env))
         return rec
 
     # ---------------------------------------------------------------- all
@@ -220,6 +335,8 @@ class Bench:
         for dataset in self.a.datasets:
             for i, seed in enumerate(self.a.seeds):
                 methods = self.a.methods if i % 2 == 0 else list(reversed(self.a.methods))
+                if self.a.searcher != "base":  # the Thinker's searcher is another arm's adapter: that arm first
+                    methods = sorted(methods, key=lambda m: m == "thinker-searcher")
                 for method in methods:
                     if method not in TRAINED and i > 0:
                         continue  # greedy and untrained: one run is the result
@@ -239,6 +356,13 @@ class Bench:
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.json.write_text(json.dumps(self.doc, indent=0))
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
+
+
+def load_adapter(stack: LocalStack, name: str, path: Path) -> None:
+    """Load the LoRA adapter at ``path`` (under the run's folder) into the inference server as ``name``."""
+    from shared.inference_client import SyncInferenceClient
+
+    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(name, str(path.resolve()))
 
 
 def reload_last_adapter(stack: LocalStack) -> None:
@@ -301,7 +425,19 @@ def main() -> None:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="one run of each trained method per seed")
     p.add_argument("--train-s", type=float, default=600.0, help="training wall time of each trained run")
-    p.add_argument("--warm-steps", type=int, default=10, help="SFT-only steps before GRPO + RED (inside --train-s)")
+    p.add_argument(
+        "--warm-steps",
+        type=int,
+        default=0,
+        help="SFT-only steps before GRPO + RED (inside --train-s; 0: each recipe's warm_start_steps)",
+    )
+    p.add_argument(
+        "--searcher",
+        default=SEARCHERS[0],
+        choices=SEARCHERS,
+        help="thinker-searcher's frozen searcher: the final adapter of this arm's run of the same dataset and seed "
+        "(under --root; run first when both are named), or base: the untrained model",
+    )
     p.add_argument(
         "--limit",
         type=int,

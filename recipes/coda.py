@@ -9,14 +9,25 @@
 - Each executor is its own sample, ``parent_id`` = its planner's sample id.
 - All tasks of one planner turn run concurrently.
 
-Reward: ``(6·F1 − 3)`` of the planner's answer plus format and refine terms (``recipes.rewards.formulas``); the
-same value goes to the planner and every executor it spawned. Its knobs: ``CoDAParams``.
+Reward (``reward_mode``): ``per_role`` (the default, ``recipes.rewards.peco``) judges each role by what it
+controls, reading the question's hop plan (``recipes.plans.plan_for_record``; none held out): each executor by
+the F1 of its answer against the expected answer of the plan's sub-question its task matches (the golds when
+none does or there is no plan), plus format and a refine term against that same target; the planner by
+``(6·F1 − 3)`` of its final answer, plus the fraction of the plan's facts its executors returned, minus the
+fraction of its tasks that restate the question, plus format. Format pays only for tags with content. The
+episode's reward and components (what eval and RED's accuracy read) are the planner's; each executor's own
+reward goes to its sample (``RewardResult.per_trajectory``), so the trainer should give executors their own
+baseline (``[trainer] role_baseline = "per_role"``: with ``inherit`` they copy the planner's advantage and
+their rewards are only logged). ``shared`` is upstream CoDA's, the ablation arm: ``(6·F1 − 3)`` of the
+planner's answer plus format and refine terms (``recipes.rewards.formulas.coda_reward``), one value for the
+planner and every executor it spawned. The knobs: ``CoDAParams``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import Field
 
@@ -25,8 +36,10 @@ from recipes.core.context import AgentContext, Episode, SearchTrace, search_docu
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord
+from recipes.plans import plan_for_record
 from recipes.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
 from recipes.rewards.formulas import ExecutorRun, coda_reward
+from recipes.rewards.peco import RESTATES, ExecutorTurns, peco_reward
 from recipes.rewards.result import RewardResult
 
 
@@ -36,6 +49,21 @@ class CoDAParams(AgentParams):
     executor_max_turns: int = Field(3, ge=1, description="Action turns of each CoDA executor")
     format_weight: float = Field(0.1, description="CoDA format-term weight")
     refine_weight: float = Field(0.1, description="CoDA refine-term weight")
+    reward_mode: Literal["per_role", "shared"] = Field(
+        "per_role",
+        description="per_role: each executor scored against its own sub-question, the planner by its final answer, "
+        "the facts its executors found and the tasks that restate the question (set [trainer] role_baseline = "
+        "'per_role' with it); shared: upstream CoDA's one reward for the planner and all its executors (ablation)",
+    )
+    # 1.0 each: a restated task costs the planner as much as a fact its executors found gains it.
+    fact_weight: float = Field(
+        1.0, description="per_role: planner bonus per fraction of the question's sub-question facts its executors found"
+    )
+    restate_penalty: float = Field(
+        1.0,
+        description=f"per_role: planner penalty per fraction of its tasks that restate the question (token F1 >= "
+        f"{RESTATES} with it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -115,6 +143,8 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
 @episode_reward
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     params = CoDAParams.of(scoring.settings)
+    if params.reward_mode == "per_role":
+        return per_role_reward(episode, scoring, params)
     executors = [ExecutorRun(c.generated_text, c.observations("documents")) for c in episode.children]
     return coda_reward(
         episode.answer,
@@ -124,6 +154,35 @@ def reward(episode: Episode, scoring: Scoring) -> RewardResult:
         metric=scoring.metric,
         format_weight=params.format_weight,
         refine_weight=params.refine_weight,
+    )
+
+
+def per_role_reward(episode: Episode, scoring: Scoring, params: CoDAParams) -> RewardResult:
+    record = scoring.record
+    plan = plan_for_record(record)
+    facts = episode.facts if isinstance(episode.facts, CodaFacts) else None
+    n = len(episode.children)
+    # Facts are written by run_coda, one task and answer per executor in spawn order; an episode assembled
+    # elsewhere (a test, a replay) may have none: its executors then have no task and no answer to score.
+    tasks, answers = (facts.tasks, facts.executor_answers) if facts is not None else (("",) * n, ("",) * n)
+    if not len(tasks) == len(answers) == n:
+        raise ValueError(f"CoDA facts hold {len(tasks)} tasks and {len(answers)} answers for {n} executors")
+    executors = [
+        ExecutorTurns(c.sample_id, task, answer, c.generated_text, c.observations("documents"))
+        for c, task, answer in zip(episode.children, tasks, answers, strict=True)
+    ]
+    return peco_reward(
+        episode.answer,
+        episode.main.generated_text,
+        executors,
+        record.question,
+        record.golden_answers,
+        plan.tasks if plan is not None else (),
+        metric=scoring.metric,
+        format_weight=params.format_weight,
+        refine_weight=params.refine_weight,
+        fact_weight=params.fact_weight,
+        restate_penalty=params.restate_penalty,
     )
 
 

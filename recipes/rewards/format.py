@@ -1,4 +1,5 @@
-"""Format rewards: the graduated per-tag score and the strict tag-sequence validator, role-aware.
+"""Format rewards: the graduated per-tag score (and its variant that pays only for tags with content, CoDA's
+per-role reward), and the strict tag-sequence validator, role-aware.
 
 Tag lists come from ``shared.tags.ROLE_TAGS``, so the planner is scored on think/task/answer and the executor
 on think/search/refine/answer, whatever its prompt happens to contain (upstream CoDA picked the list by
@@ -40,6 +41,32 @@ def tag_format_score(response: str, tags: Sequence[str]) -> float:
 def role_format_score(response: str, role: str) -> float:
     """``tag_format_score`` with the tags ``role`` writes itself (``shared.tags.ROLE_TAGS[role]``)."""
     return tag_format_score(response, ROLE_TAGS[role])
+
+
+def nonempty_tag_format_score(response: str, tags: Sequence[str]) -> float:
+    """``tag_format_score`` that pays only for content: ``Σ_tag 1/N · 1[tag present, balanced, and every
+    <tag>…</tag> block holds non-whitespace text]``.
+
+    ``tag_format_score`` pays for ``<answer></answer>``, so a policy learns the tags without saying anything in
+    them. "Every block": the number of ``<tag>…</tag>`` blocks must equal the number of opening tags (a stray
+    ``</tag>`` before its ``<tag>``, or a nested one, leaves fewer blocks and fails), and none may be blank.
+    """
+    if not tags:
+        return 0.0
+    return sum(1 for t in tags if _filled(response, t)) / len(tags)
+
+
+def nonempty_role_format_score(response: str, role: str) -> float:
+    """``nonempty_tag_format_score`` with the tags ``role`` writes itself (``shared.tags.ROLE_TAGS[role]``)."""
+    return nonempty_tag_format_score(response, ROLE_TAGS[role])
+
+
+def _filled(response: str, tag: str) -> bool:
+    opens = response.count(open_tag(tag))
+    if not 0 < opens == response.count(close_tag(tag)):
+        return False
+    blocks = re.findall(f"{re.escape(open_tag(tag))}(.*?){re.escape(close_tag(tag))}", response, flags=re.DOTALL)
+    return len(blocks) == opens and all(b.strip() for b in blocks)
 
 
 def tag_sequence(response: str) -> tuple[list[str] | None, str]:

@@ -1,11 +1,15 @@
 """Scores episodes with the recipe's reward and builds the published group.
 
 The reward is the agent's own (``recipes``) or the recipe TOML's ``[rollout] reward``; both are loaded by
-name once. Rewards are per episode; a CoDA episode's reward goes to its planner and every executor it
-spawned. Rewards read the episode's parsed answer (the one eval scores, ``answer_metrics``), the policy's own
-turns, the observations' contents and the typed episode facts, never the whole response text: the
-environment's messages in it spell out ``<answer> and </answer>``. Every sample also carries the reward's
-named components, so the trainer and the dashboards see what the scalar was made of.
+name once. Rewards are per episode: the episode's reward goes to each of its trajectories, except those the
+reward scored on their own (``RewardResult.per_trajectory``, keyed by sample id), which get their own reward
+and components. CoDA's per-role reward gives each executor its own (the planner takes the episode's); in its
+``shared`` mode the episode's goes to the planner and every executor it spawned. Rewards read the episode's
+parsed answer (the one eval scores, ``answer_metrics``), the policy's own turns, the observations' contents
+and the typed episode facts, never the whole response text: the environment's messages in it spell out
+``<answer> and </answer>``. Every sample also carries the reward's (its own, where it has one) named
+components and the episode's final-answer metrics (``answer_*``), so the trainer and the dashboards see what
+the scalar was made of.
 """
 
 from __future__ import annotations
@@ -72,16 +76,12 @@ def build_group(
 ) -> TrajectoryGroup:
     samples = []
     for episode, reward in zip(episodes, rewards, strict=True):
-        components = {
-            **reward.components,
-            **{
-                f"answer_{k}": v
-                for k, v in answer_metrics(settings.agent, record, episode.answer).items()
-                if f"answer_{k}" not in reward.components
-            },
-        }
+        # The episode's final-answer metrics go on every sample of it, as eval reports them per episode.
+        answers = {f"answer_{k}": v for k, v in answer_metrics(settings.agent, record, episode.answer).items()}
         for traj in episode.trajectories:
-            samples.append(traj.to_sample(reward.reward, components, text=traj.response_text))
+            own = reward.for_trajectory(traj.sample_id)
+            components = {**own.components, **{k: v for k, v in answers.items() if k not in own.components}}
+            samples.append(traj.to_sample(own.reward, components, text=traj.response_text))
     return TrajectoryGroup(
         prompt_id=record.prompt_id,
         agent=settings.agent,

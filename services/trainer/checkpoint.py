@@ -56,7 +56,7 @@ class TrainState:
     recent_groups: list[str] = field(default_factory=list)  # the last RECENT_GROUPS of them, in training order
     dropped_stale: int = 0  # samples dropped for staleness
     red: dict = field(default_factory=dict)  # RED state (entropy EMAs), as the RED module serialises it
-    sft_cursor: int = 0  # next demonstration in the SFT dataset
+    sft_cursor: int = 0  # demonstrations taken so far: the position in SftData's seeded order
     world: int | None = None  # ranks that wrote it (None: a checkpoint from before this was recorded)
 
     def record_groups(self, group_ids: list[str]) -> None:

@@ -96,9 +96,12 @@ class Trainer:
             accuracy_aware=s.red_accuracy_aware,
             floor=s.red_floor,
         )
-        self.sft = SftData(s.sft_data) if s.sft_data and s.red_mode != "grpo_only" else None
+        self.sft = SftData(s.sft_data, seed=s.seed) if s.sft_data and s.red_mode != "grpo_only" else None
         if s.sft_only and self.sft is None:
             raise ValueError("sft_only needs demonstrations: set sft_data")
+        if self.sft is not None and self.rank0:
+            # An SFT-only run is the stack's warm start (max_steps = warm_start_steps): say what it shows.
+            self.sft.log_coverage(s.sft_batch, s.max_steps if s.sft_only else None)
         self.redis = self.queue = self.reader = None
         client = None
         if self.rank0:

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from recipes.answers import as_gold_list, normalize_answer
+from recipes.plans import HopPlan, plan, question_type
 from services.trainer.demonstrations import (
     Search,
     Style,
@@ -46,7 +48,6 @@ from services.trainer.demonstrations import (
     planner_demonstration,
     search_demonstration,
 )
-from recipes.plans import HopPlan, plan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,19 +126,49 @@ def build(
     fmt: str = "search",
     style: Style = Style(),
     hops: str = "question",
+    coverage: Counter | None = None,
 ) -> list[dict]:
     """Demonstrations for ``rows`` (``fmt``: search or coda; ``hops``: question, or supporting for two-hop
-    demonstrations where a row allows one) with one batched retrieval call for every query they show."""
+    demonstrations where a row allows one) with one batched retrieval call for every query they show.
+
+    ``coverage`` (when given) counts, per question type, ``questions``, ``planned`` (the plan splits it),
+    ``kept`` (its split demonstration was kept: every hop's documents held what the hop needs), ``dropped``
+    (planned, not kept: no planner demonstration at all), ``restating`` (no plan: one task, the question) and
+    ``unsupported`` (no plan, and the question's own documents do not hold its answer: nothing)."""
     plans = [plan(row) if hops == "supporting" else None for row in rows]
     queries = [row["question"] for row in rows] + [q for p in plans if p for q in _queries(p, fmt)]
     unique = list(dict.fromkeys(queries))
     found = dict(zip(unique, retriever.retrieve(unique, topk=topk), strict=True))
+    coverage = Counter() if coverage is None else coverage
     out = []
     for row, hop_plan in zip(rows, plans, strict=True):
         golds = as_gold_list(row["golden_answers"])
+        qtype = question_type(row)
+        coverage[(qtype, "questions")] += 1
+        if fmt == "coda" and hop_plan is not None and hop_plan.tasks:
+            # A question the data splits is never taught as a restated task: without every hop, no planner
+            # demonstration (the executors whose hop did find its result still teach searching for it).
+            demos = _delegations(tok, row, golds, hop_plan, found, style)
+            planner = any(d["role"] == "planner" for d in demos)
+            coverage[(qtype, "planned")] += 1
+            coverage[(qtype, "kept" if planner else "dropped")] += 1
+            out += demos
+            continue
         demos = _two_hops(tok, row, golds, hop_plan, found, fmt, style) if hop_plan else []
-        out += demos or _one_search(tok, row, golds, found[row["question"]], fmt, style, keep_unsupported)
+        demos = demos or _one_search(tok, row, golds, found[row["question"]], fmt, style, keep_unsupported)
+        coverage[(qtype, "restating" if fmt == "coda" and demos else "kept" if demos else "unsupported")] += 1
+        out += demos
     return out
+
+
+def coverage_lines(coverage: Counter) -> list[str]:
+    """make-sft's coverage table: per question type, how many it planned, kept and taught by restating."""
+    types = sorted({t for t, _ in coverage})
+    keys = ("questions", "planned", "kept", "dropped", "restating", "unsupported")
+    lines = [f"{'type':<18}" + "".join(f" {k:>11}" for k in keys)]
+    for t in types:
+        lines.append(f"{t:<18}" + "".join(f" {coverage[(t, k)]:>11}" for k in keys))
+    return lines
 
 
 def _queries(hop_plan: HopPlan, fmt: str) -> list[str]:
@@ -178,7 +209,7 @@ def _one_search(tok, row: dict, golds: list[str], docs, fmt: str, style: Style, 
 def _two_hops(tok, row: dict, golds: list[str], hop_plan: HopPlan, found: dict, fmt: str, style: Style) -> list[dict]:
     """The two-hop demonstration(s) of a row, or [] when its searches do not show what each hop needs."""
     if fmt == "coda":
-        return _delegations(tok, row, golds, hop_plan, found, style)
+        return []  # a plan with sub-questions is built by _delegations; one without delegates the question
     searches = [Search.of(q, found[q]) for q in hop_plan.queries]
     shown = [style.observation(tok, "information", s.text)[1] for s in searches]
     titles = [s.shown_titles(text) for s, text in zip(searches, shown, strict=True)]
@@ -193,21 +224,26 @@ def _two_hops(tok, row: dict, golds: list[str], hop_plan: HopPlan, found: dict, 
 
 
 def _delegations(tok, row: dict, golds: list[str], hop_plan: HopPlan, found: dict, style: Style) -> list[dict]:
-    """CoDA: an executor per sub-question (its answer must be in the documents it was shown), then the
-    planner that delegated them one per turn and answers the question."""
+    """CoDA: an executor per sub-question whose documents hold its expected result (that result is its answer),
+    then, when every sub-question's did, the planner that delegated them one per turn and answers the question
+    with the last executor's answer (a gold answer or an alias of one): the planner learns to pass it on."""
     out, delegations, searches = [], [], []
     for sub in hop_plan.tasks:
         search = Search.of(sub.task, found[sub.task])
         shown = f" {normalize_answer(style.observation(tok, 'documents', search.text)[1])} "
         answer = next((a for a in sub.answers if normalize_answer(a) and f" {normalize_answer(a)} " in shown), None)
         if answer is None:
-            return []
+            continue
         demo = executor_demonstration(tok, sub.task, search, answer, style)
         out.append(_record(row, "executor", demo, answer, [search]))
         delegations.append((sub.task, answer))
         searches.append(search)
-    planner = planner_demonstration(tok, row["question"], delegations, golds[0], style)
-    return [*out, _record(row, "planner", planner, golds[0], searches)] if out else []
+    if len(delegations) < len(hop_plan.tasks):
+        return out
+    last = delegations[-1][1]
+    final = last if hop_plan.kind == "bridge" and normalize_answer(last) in map(normalize_answer, golds) else golds[0]
+    planner = planner_demonstration(tok, row["question"], delegations, final, style)
+    return [*out, _record(row, "planner", planner, final, searches)]
 
 
 def qa_rows(source: str, split: str = "all") -> list[dict]:
@@ -237,14 +273,16 @@ def run(args: argparse.Namespace) -> str:
     frame = env_frame(tok, args.env_turn)
     style = Style(args.think, frame, args.max_obs_tokens)
     with RetrieverClient(args.retriever_url) as retriever:
-        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, style, args.hops)
+        coverage: Counter = Counter()
+        demos = build(rows, tok, retriever, args.topk, args.keep_unsupported, args.format, style, args.hops, coverage)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(d) + "\n" for d in demos))
     tmp.replace(args.out)
     questions = {d["id"] for d in demos}
     two_hops = {d["id"] for d in demos if len(d["queries"]) > 1}
-    return (
+    summary = (
         f"wrote {len(demos)} demonstrations of {len(questions)} questions ({len(two_hops)} with two hops; "
         f"{len(rows) - len(questions)} questions without supporting documents skipped) to {args.out}"
     )
+    return "\n".join([summary, *coverage_lines(coverage)]) if args.hops == "supporting" else summary

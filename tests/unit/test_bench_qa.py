@@ -3,6 +3,10 @@ and the targets judged from the intervals (a report that could not say "not met"
 
 from __future__ import annotations
 
+import json
+import os
+
+import numpy as np
 import pytest
 
 from tests.unit.bench_module import bench_module
@@ -97,8 +101,19 @@ def test_coda_delegations_are_counted_from_the_eval_rows_facts(report):
     got = report.delegations(row)
     # The first task is the question verbatim (F1 1.0); the others share few tokens with it. The third
     # executor's answer matches a gold alias exactly; the final answer "lawrence." normalises to "lawrence",
-    # which no executor said word for word.
-    assert got == {"tasks": 3, "restated": 1, "executor_f1": 1.0, "passed_on": False}
+    # which no executor said word for word. The second executor said nothing; task 2 does not name task 1's
+    # answer; without a plan there are no hop F1s.
+    assert got == {
+        "tasks": 3,
+        "restated": 1,
+        "executor_f1": 1.0,
+        "passed_on": False,
+        "empty_answers": 1,
+        "chained": False,
+        "planned": 0,
+        "hop1_f1": None,
+        "hop2_f1": None,
+    }
     assert report.delegations({**row, "prediction": "Lawrence, Kansas"})["passed_on"] is True
     assert report.delegations({"question": "q", "facts": None}) == {}  # a flat agent's row
 
@@ -141,3 +156,211 @@ def test_a_run_records_what_its_trainer_computed_in(monkeypatch, tmp_path):
 def test_the_speed_column_names_the_precision(report):
     doc = {"runs": {"2wiki/sft/0": {**_run([0.5] * 4, 600), "steps": 40, "rl_steps": 0, "precision": "bf16"}}}
     assert "| 15.0 (bf16) |" in report.method_row(doc, "2wiki", "sft")
+
+
+# ---------------------------------------------------------------- the hierarchy: arms, per-type metrics, pairs
+RED_KITE = "Where was the director of film Red Kite born?"
+
+
+def _coda_row(question, tasks, said, golds=("x",), prediction=""):
+    return {
+        "question": question,
+        "golden_answers": list(golds),
+        "prediction": prediction,
+        "facts": {"tasks": tasks, "executor_answers": said},
+    }
+
+
+def test_a_coda_row_is_scored_against_its_questions_hop_plan(report):
+    plan = [("Tomas Vale",), ("Oslo",)]  # recipes.plans: per delegation, the answers its sub-question expects
+    chained = _coda_row(
+        RED_KITE,
+        ["Who is the director of film Red Kite?", "Where was Tomas Vale born?"],
+        ["Tomas Vale", "Oslo, Norway"],
+    )
+    got = report.delegations(chained, plan)
+    # Neither task restates the question (token F1 0.67 and 0.46 < 0.8); task 2 names task 1's answer; hop 1's
+    # answer is exact, hop 2's "oslo norway" against "oslo": P 1/2, R 1, F1 2/3; no executor came back empty.
+    assert got["restated"] == 0 and got["chained"] is True and got["empty_answers"] == 0
+    assert got["planned"] == 2 and got["hop1_f1"] == 1.0 and got["hop2_f1"] == pytest.approx(2 / 3)
+    # The question delegated whole, its executor silent: restated, no chain to judge, both hops 0 (hop 2 was
+    # never delegated).
+    whole = report.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan)
+    assert (whole["restated"], whole["chained"], whole["empty_answers"]) == (1, None, 1)
+    assert (whole["hop1_f1"], whole["hop2_f1"]) == (0.0, 0.0)
+    # An empty first answer chains nothing (the empty string is in every task).
+    unchained = report.delegations(_coda_row(RED_KITE, ["Who directed Red Kite?", "Where was he born?"], ["", "X"]))
+    assert unchained["chained"] is False and unchained["empty_answers"] == 1
+    assert (unchained["planned"], unchained["hop1_f1"], unchained["hop2_f1"]) == (0, None, None)  # no plan
+    # A four-task plan (bridge_comparison): hop 1 = the first two sub-questions, hop 2 = the last two.
+    four = _coda_row(
+        "Which film has the director born earlier, Green Door or Red Kite?",
+        ["Who directed Green Door?", "Who directed Red Kite?", "When was Ann Bell born?", "When was Bo Ek born?"],
+        ["Ann Bell", "Bo Ek", "1950", "1961"],
+    )
+    got = report.delegations(four, [("Ann Bell",), ("Bo Ek",), ("1950",), ("1960",)])
+    assert got["chained"] is False  # "ann bell" is not in "who directed red kite"
+    assert (got["planned"], got["hop1_f1"], got["hop2_f1"]) == (4, 1.0, 0.5)
+
+
+def test_hierarchy_stats_by_hand(report):
+    plan = [("Tomas Vale",), ("Oslo",)]
+    rows = [
+        report.delegations(
+            _coda_row(RED_KITE, ["Who is the director of film Red Kite?", "Where was Tomas Vale born?"],
+                      ["Tomas Vale", "Oslo, Norway"]),
+            plan,
+        ),
+        report.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan),
+        report.delegations(
+            _coda_row("Which came first, Red Kite or Blue Sky?", ["When was Red Kite released?",
+                      "When was Blue Sky released?"], ["1999", ""]),
+            [("1999",), ("2001",)],
+        ),
+    ]  # fmt: skip
+    rows = [{**row, "f1": f1} for row, f1 in zip(rows, [1.0, 0.0, 0.5], strict=True)]
+    st = report.hierarchy_stats(rows)
+    # 5 tasks over 3 questions, 2 of them split; 1 of 5 tasks restates; of the 2 split questions one chains;
+    # hop 1: (1 + 0 + 1) / 3; hop 2: (2/3 + 0 + 0) / 3; empty executors: 2 of 5 tasks.
+    assert st["questions"] == 3 and st["planned"] == 3
+    assert st["tasks_per_q"] == pytest.approx(5 / 3) and st["split"] == pytest.approx(2 / 3)
+    assert st["restating"] == pytest.approx(0.2) and st["chain"] == 0.5
+    assert st["hop1_f1"] == pytest.approx(2 / 3) and st["hop2_f1"] == pytest.approx(2 / 9)
+    assert st["empty"] == pytest.approx(0.4) and st["f1"] == 0.5
+
+
+def test_the_report_tables_the_hierarchy_by_question_type(report, tmp_path):
+    base = {"em": 0.0, "searches": 1, "tokens": 20, "hit": 1.0, "passed_on": False, "executor_f1": 0.0}
+    rows = [
+        {**base, "id": "0", "type": "compositional", "f1": 1.0, "tasks": 2, "restated": 0, "chained": True,
+         "empty_answers": 0, "planned": 2, "hop1_f1": 1.0, "hop2_f1": 0.5},
+        {**base, "id": "1", "type": "compositional", "f1": 0.0, "tasks": 1, "restated": 1, "chained": None,
+         "empty_answers": 1, "planned": 2, "hop1_f1": 0.0, "hop2_f1": 0.0},
+        {**base, "id": "2", "type": "comparison", "f1": 0.5, "tasks": 2, "restated": 0, "chained": False,
+         "empty_answers": 0, "planned": 0, "hop1_f1": None, "hop2_f1": None},
+    ]  # fmt: skip
+    doc = {"config": {"train_s": 600, "warm_steps": 10}, "runs": {"2wiki/coda/0": {"rows": rows, "train_s": 600}}}
+    report.write_report(doc, tmp_path / "qa.md")
+    text = (tmp_path / "qa.md").read_text()
+    label = report.METHODS["coda"]
+    assert f"| {label} | compositional | 2 × 1 | 1.50 | 50% | 33% | 100% | 2 | 0.500 | 0.250 | 33% | 0.500 |" in text
+    assert f"| {label} | comparison | 1 × 1 | 2.00 | 100% | 0% | 0% | 0 | – | – | 0% | 0.500 |" in text
+    assert f"| {label} | all | 3 × 1 |" in text
+
+
+def test_paired_interval_of_identical_arms_is_zero_and_of_a_constant_gap_the_gap(report):
+    rng = np.random.default_rng(1)
+    a = {str(i): float(x) for i, x in enumerate(rng.random(60))}
+    assert report.paired_ci(a, dict(a)) == (0.0, 0.0, 0.0)
+    b = {q: x - 0.25 for q, x in a.items()}  # every question 0.25 better in a: the paired interval is 0.25 alone,
+    mean, lo, hi = report.paired_ci(a, b)  # where unpaired intervals of a and b would overlap widely
+    assert mean == pytest.approx(0.25) and lo == pytest.approx(0.25) and hi == pytest.approx(0.25)
+    assert report.paired_ci(a, b, ids=["0", "1"])[0] == pytest.approx(0.25)  # restricted to some questions
+    assert report.paired_ci({"x": 1.0, **a}, b) == pytest.approx((0.25, 0.25, 0.25))  # only questions both have
+
+
+def test_the_report_tables_paired_differences_overall_and_for_compositional(report, tmp_path):
+    types = ["compositional", "compositional", "comparison", "comparison"]
+    flat, coda = [0.0, 0.5, 0.25, 1.0], [0.25, 0.75, 0.5, 1.0]  # coda − flat: 0.25, 0.25, 0.25, 0.0
+    doc = {
+        "config": {"train_s": 600, "warm_steps": 10},
+        "runs": {
+            "2wiki/flat/0": _run(flat, 600, types),
+            "2wiki/flat/1": _run(flat, 600, types),
+            "2wiki/coda/0": _run(coda, 600, types),
+        },
+    }
+    lines = report.paired_table(doc, "2wiki")
+    (row,) = [line for line in lines if line.startswith("| coda − flat |")]
+    assert row.endswith("| +0.250 [+0.250, +0.250] (n=2) |")  # the compositional pair: both +0.25
+    assert "| +0.188 [" in row and "(n=4) |" in row  # overall (0.25 · 3 + 0) / 4
+    assert not any(line.startswith("| coda − coda-sft") for line in lines)  # not measured: no row
+
+
+@pytest.fixture(scope="module")
+def qa():
+    with bench_module("qa", bench_on_path=True) as module:
+        yield module
+
+
+def test_every_arm_has_its_recipe_training_and_environment(qa):
+    expected = {  # arm: (recipe stem for 2wiki, the recipe's agent, training, environment)
+        "zero-shot": ("smol-2wiki", "search-r1", None, {}),
+        "naive-rag": ("smol-2wiki", "search-r1", None, {"CODA_ROLLOUT_AGENT": "naive-rag"}),
+        "sft": ("smol-2wiki", "search-r1", "sft", {}),
+        "flat": ("smol-2wiki", "search-r1", "rl", {}),
+        "coda-sft": ("smol-coda-2wiki", "coda", "sft", {}),
+        "coda": ("smol-coda-2wiki", "coda", "rl", {}),
+        "coda-shared": (
+            "smol-coda-2wiki",
+            "coda",
+            "rl",
+            {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
+        ),
+        "thinker-searcher": ("smol-thinker-2wiki", "thinker-searcher", "rl", {}),
+    }
+    assert list(qa.ARMS) == list(expected) == list(qa.METHODS)
+    for name, (stem, agent, training, env) in expected.items():
+        arm = qa.ARMS[name]
+        assert (arm.training, arm.env) == (training, env), name
+        for dataset in qa.DATASETS:
+            recipe = qa.recipe_of(dataset, name)
+            assert recipe.endswith(f"/{stem.replace('2wiki', dataset)}.toml"), (name, dataset)
+            assert qa.RolloutSettings.load(recipe).agent == agent, (name, dataset)
+            qa.check_env(recipe, arm.env)  # every variable is a real setting with a valid value
+    assert set(qa.TRAINED) == {n for n, e in expected.items() if e[2]}
+
+
+def test_an_arms_environment_that_a_service_would_ignore_is_refused(qa):
+    recipe = qa.recipe_of("2wiki", "coda")
+    with pytest.raises(SystemExit, match="no setting 'reward_mod'"):
+        qa.check_env(recipe, {"CODA_ROLLOUT_REWARD_MOD": "shared"})
+    with pytest.raises(SystemExit, match="refuses"):
+        qa.check_env(recipe, {"CODA_TRAINER_ROLE_BASELINE": "shraed"})
+
+
+def test_the_thinkers_searcher_is_the_source_arms_last_adapter(qa, tmp_path):
+    weights = tmp_path / "2wiki" / "coda-sft-seed1" / "weights"
+    for name in ("policy-v3", "policy-v12", "policy-v13.tmp"):
+        (weights / name).mkdir(parents=True)
+        (weights / name / "adapter_config.json").write_text("{}")
+    (weights / "policy-v14").mkdir()  # no adapter in it (a folder being written)
+    assert qa.searcher_adapter(tmp_path, "2wiki", "coda-sft", 1) == weights / "policy-v12"
+    with pytest.raises(RuntimeError, match="--methods coda-sft --seeds 0"):
+        qa.searcher_adapter(tmp_path, "2wiki", "coda-sft", 0)
+
+
+def test_a_thinker_runs_after_the_arm_its_searcher_comes_from(qa, tmp_path, monkeypatch):
+    import argparse
+
+    order = []
+    row = {"id": "q", "type": "bridge", "em": 0.0, "f1": 0.0, "searches": 0, "tokens": 0, "hit": None}
+
+    def fake(method):
+        return lambda self, dataset, m, *seed: order.append((m, *seed)) or {"rows": [row], "train_s": 1.0}
+
+    monkeypatch.setattr(qa, "RESULTS", tmp_path)
+    monkeypatch.setattr(qa.Bench, "trained", fake("trained"))
+    monkeypatch.setattr(qa.Bench, "untrained", fake("untrained"))
+    args = argparse.Namespace(
+        root=str(tmp_path / "runs"), name="t", fresh=False, again=False, train_s=1.0, warm_steps=1, limit=0,
+        seeds=[0, 1], searcher="coda-sft", datasets=["2wiki"], methods=["thinker-searcher", "zero-shot", "coda-sft"],
+        set=[],
+    )  # fmt: skip
+    qa.Bench(args).run()
+    # Seed 1 runs the arms in reverse order (the machine's speed drifts over a day), the thinker still last.
+    assert order == [("zero-shot",), ("coda-sft", 0), ("thinker-searcher", 0), ("coda-sft", 1), ("thinker-searcher", 1)]
+    assert "2wiki/thinker-searcher/1" in json.loads((tmp_path / "t.json").read_text())["runs"]
+
+
+def test_a_coda_run_records_its_reward_and_the_report_names_it(qa, report, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("CODA_")]:
+        monkeypatch.delenv(key)
+    coda, shared = qa.ARMS["coda"], qa.ARMS["coda-shared"]
+    assert qa.coda_reward(qa.recipe_of("2wiki", "coda"), coda.env) == "per_role / per_role"  # the recipes' default
+    assert qa.coda_reward(qa.recipe_of("2wiki", "coda-shared"), shared.env) == "shared / inherit"
+    doc = {"runs": {"2wiki/coda/0": _run([0.5]), "2wiki/coda/1": {**_run([0.5]), "reward": "per_role / per_role"}}}
+    (line,) = [line for line in report.rewards(doc, "2wiki") if line]
+    assert (
+        "coda: shared / inherit (recorded before the bench noted it) (seeds 0), per_role / per_role (seeds 1)" in line
+    )

@@ -82,7 +82,7 @@ def test_sigkill_anywhere_loses_nothing_and_counts_nothing_twice(tmp_path, redis
     assert state["step"] == STEPS
     assert h.optimizer_steps(tmp_path / "ckpt") == (STEPS, STEPS)  # engine and AdamW agree: no step lost or redone
     assert state["red"]["steps"] == STEPS and state["red"]["h_rl"] is not None  # RED EMAs survived every restart
-    assert state["sft_cursor"] == (STEPS * 4) % 6  # 4 demonstrations per step over a 6-line file
+    assert state["sft_cursor"] == STEPS * 4  # 4 demonstrations a step, counted across epochs (not wrapped)
     # The live version is the checkpoint's; versions only grew, each announced once (a version published from
     # weights that a crash then lost is never reused for other weights).
     events = [decode(WeightUpdate, f).version for _, f in redis_client.xrange("weights")]

@@ -40,7 +40,7 @@ def test_sft_only_trains_without_rollouts_and_resumes(tmp_path, redis_client, re
     trainer = Trainer(_settings(tmp_path, redis_server, sft, max_steps=3))
     trainer.setup()
     state = trainer.run()  # the stream is empty: a trainer waiting for groups would never get here
-    assert (state.step, state.version, state.sft_cursor) == (3, 3, 6 % 5)
+    assert (state.step, state.version, state.sft_cursor) == (3, 3, 6)  # taken, not wrapped
     # checkpoint_every is 100: the stop wrote the checkpoint the resumed run starts from
     assert json.loads((checkpoint.latest(tmp_path / "ckpt") / "state.json").read_text())["step"] == 3
     rows = [json.loads(line) for line in (tmp_path / "logs" / "train.jsonl").read_text().splitlines()]

@@ -36,7 +36,7 @@ def test_coda_reward_goes_to_planner_and_executors():
         parent=planner.sample_id,
     )
     episode = Episode(main=planner, children=[executor], answer="Paris")
-    settings = RolloutSettings.load(agent="coda")
+    settings = RolloutSettings.load(agent="coda", reward_mode="shared")  # per_role: tests/unit/rl/test_peco_reward.py
     reward = score_episode(settings, RECORD, episode, hashing_embed)
     # 6·1 − 3 + 0.1·(planner 3/3 + executor 4/4) + 0.1·refine 1 = 3.3
     assert reward.reward == pytest.approx(3.3)

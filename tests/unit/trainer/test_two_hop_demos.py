@@ -5,6 +5,7 @@ same searches and answer, and scores the gold answer."""
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -15,11 +16,11 @@ from recipes.coda import reward as coda_reward
 from recipes.core.tokenizer import HFTokenizer, env_frame
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord
+from recipes.plans import plan
 from recipes.prompts import PLANNER_SYSTEM
 from recipes.search_r1 import reward as search_r1_reward
 from services.trainer.demonstrations import Style
-from recipes.plans import plan
-from services.trainer.make_sft import build
+from services.trainer.make_sft import build, coverage_lines
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
 
@@ -72,7 +73,7 @@ FOUND = {
     "When was Red Kite released?": [RED, PEN],
     "When was Blue Heron released?": [HERON, PEN],
     COMPOSITIONAL["question"]: [RED, PEN],
-    "Who directed Red Kite?": [RED, PEN],
+    "Who is the director of film Red Kite?": [RED, PEN],
     "Where was Tomas Vale born?": [VALE, PEN],
 }
 
@@ -135,8 +136,8 @@ def test_the_plan_reads_each_kind_of_question_from_its_row():
     assert chain.queries == (COMPOSITIONAL["question"], "Tomas Vale")
     # The second sub-question is asked about the first one's answer; its answer may be the gold's alias.
     assert [(t.task, t.answers) for t in chain.tasks] == [
-        ("Who directed Red Kite?", ("Tomas Vale",)),
-        ("Where was Tomas Vale born?", ("Lisbon", "Lisbon", "Lisboa")),
+        ("Who is the director of film Red Kite?", ("Tomas Vale",)),  # a copy of the question's words
+        ("Where was Tomas Vale born?", ("Lisbon", "Lisboa")),  # the question, the phrase replaced
     ]
     # 2Wiki rows whose source dropped the type: both titles named = a comparison, one = a bridge.
     untyped = {**COMPARISON, "metadata": {"type": None, "supporting_titles": ["Red Kite", "Blue Heron (film)"]}}
@@ -252,3 +253,19 @@ async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_doe
 def test_a_row_without_triples_still_delegates_its_question_whole(tok):
     demos = build([BRIDGE], tok, Retriever(FOUND), topk=2, fmt="coda", hops="supporting")
     assert demos == build([BRIDGE], tok, Retriever(FOUND), topk=2, fmt="coda")  # HotpotQA: as before
+
+
+def test_a_planned_question_whose_hop_misses_gets_no_planner_demonstration(tok):
+    # Hop 2's documents do not hold Lisbon: the executor of hop 1 is still shown, the planner is not, and the
+    # question is not taught as one restated task instead.
+    found = {**FOUND, "Where was Tomas Vale born?": [HERON, PEN]}
+    coverage = Counter()
+    demos = build([COMPOSITIONAL], tok, Retriever(found), topk=2, fmt="coda", hops="supporting", coverage=coverage)
+    assert [d["role"] for d in demos] == ["executor"] and demos[0]["answer"] == "Tomas Vale"
+    assert coverage[("compositional", "planned")] == 1 and coverage[("compositional", "dropped")] == 1
+    assert coverage[("compositional", "restating")] == 0
+    coverage = Counter()
+    found = {**FOUND, BRIDGE["question"]: [ADA, MARROW]}  # HotpotQA's bridge: no sub-questions, one task
+    build([COMPOSITIONAL, BRIDGE], tok, Retriever(found), topk=2, fmt="coda", hops="supporting", coverage=coverage)
+    assert coverage[("compositional", "kept")] == 1 and coverage[("bridge", "restating")] == 1
+    assert coverage_lines(coverage)[1].split() == ["bridge", "1", "0", "0", "0", "1", "0"]
