@@ -45,6 +45,11 @@ BUNDLED_INDEXES = {
 }
 
 
+# The files whose code decides what a demonstration holds (besides the data, the prompts and the settings).
+DEMONSTRATION_CODE = ("recipes/plans.py", "services/trainer/make_sft.py", "services/trainer/demonstrations.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
 def content_key(*parts: object) -> str:
     """A short hash of ``parts``: a file's bytes for a ``Path`` to a file, the text of anything else."""
     digest = hashlib.sha256()
@@ -111,6 +116,8 @@ class Layout:
             prompt_fingerprint(sft_format),
             stack.sft_hops,
             stack.sft_max_obs_tokens,
+            # The code that writes them: a plan or demonstration rule changed means other demonstrations.
+            *(REPO / f for f in DEMONSTRATION_CODE),
         )
         return cls(
             model=Path(stack.model),
