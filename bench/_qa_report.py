@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recipes.rewards.peco import RESTATES  # a CoDA task this close to the question delegates it whole
+from recipes.rewards.peco import RESTATES, restates  # a CoDA task that asks the whole question
 
 # name -> the dataset (its fixed held-out split is what every arm is evaluated on)
 DATASETS = {"hotpotqa": "bundled:hotpotqa-dev", "2wiki": "bundled:2wiki-dev"}
@@ -231,7 +231,7 @@ def delegations(row: dict, expected: Sequence[Sequence[str]] | None = None) -> d
     first = normalize_answer(said[0]) if said else ""
     return {
         "tasks": len(tasks),
-        "restated": sum(token_f1(task, row["question"]) >= RESTATES for task in tasks),
+        "restated": sum(restates(task, row["question"]) for task in tasks),
         "executor_f1": max((token_f1(a, row["golden_answers"]) for a in answers), default=0.0),
         "passed_on": bool(final) and any(normalize_answer(a) == final for a in answers),
         "empty_answers": sum(not a.strip() for a in said),
@@ -282,7 +282,7 @@ def delegation_table(doc: dict, dataset: str) -> list[str]:
         return []
     out = [
         "CoDA's delegations (greedy, held out): tasks the planner delegated per question; questions it split into "
-        f"two or more; tasks that restate the question (token F1 ≥ {RESTATES} with it); the best F1 of an executor's "
+        f"two or more; tasks that restate the question (token F1 ≥ {RESTATES} with it and every word of it); the best F1 of an executor's "
         "answer against the gold answers; final answers that repeat an executor's; the final answer's F1.",
         "",
         "| run | questions | tasks / q | split (≥ 2 tasks) | tasks restating the question | executor's best F1 | "
@@ -357,7 +357,7 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
     return [
         "",
         "CoDA's delegations by question type (greedy, held out; seeds pooled): tasks per question; questions split "
-        f"into two or more tasks; tasks restating the question (token F1 ≥ {RESTATES}); chain: of the split "
+        f"into two or more tasks; tasks restating the question (token F1 ≥ {RESTATES} and every word of it); chain: of the split "
         "questions, those whose task 2 contains task 1's executor answer (normalised, not empty); hop-1 / hop-2 F1: "
         "each executor's answer against the sub-question the question's plan (`recipes.plans`, from the held-out "
         "annotations, read to measure only) expects at the same delegation index, over the planned questions (a "

@@ -110,6 +110,8 @@ _THINGS = frozenset(
         "river",
     ]
 )
+
+
 @dataclass(frozen=True)
 class SubQuestion:
     task: str  # what the planner writes in <task> (its executor searches it verbatim)

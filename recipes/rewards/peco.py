@@ -13,7 +13,7 @@ final gold it never saw, and format credit is paid for empty tags. Here, with th
 - planner: ``R_p = (6·s − 3) + w_fact·facts_obtained − w_restate·restated + w_fmt·fmt_p``, s = the metric
   score of its final answer; ``facts_obtained`` = the fraction of the plan's sub-questions whose answers some
   executor returned (F1 > ``FACT_FOUND``; 0 without a plan), ``restated`` = the fraction of its tasks that
-  restate the question (F1 ≥ ``RESTATES``; 0 without tasks).
+  restate the question (``restates``: F1 ≥ ``RESTATES`` and every word of it; 0 without tasks).
 - ``fmt`` is ``format.nonempty_role_format_score``: a tag counts only if every block of it has content.
 
 Pure functions over strings; the plan comes in as an argument (``recipes.coda`` looks it up), so these do not
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recipes.answers import as_gold_list, token_f1
+from recipes.answers import as_gold_list, normalize_answer, token_f1
 from recipes.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
 from recipes.rewards.format import nonempty_role_format_score
 from recipes.rewards.result import RewardResult
@@ -35,7 +35,8 @@ from recipes.rewards.retrieval import information_reverse_rank, refine_score
 if TYPE_CHECKING:
     from recipes.plans import SubQuestion
 
-# A task with this token F1 against the question delegates it whole (bench/_qa_report.py counts them too).
+# A task with this token F1 against the question, holding every word of it, delegates it whole
+# (``restates``; bench/_qa_report.py counts them the same way).
 RESTATES = 0.8
 # A task is about a sub-question when their token F1 is at least this and no lower than the task's with the
 # question itself; the closest sub-question wins. 0.5: a paraphrase that keeps the entity and the relation clears
@@ -119,9 +120,19 @@ def facts_obtained(subquestions: Sequence[SubQuestion], executor_answers: Sequen
     return found / len(subquestions)
 
 
+def restates(task: str, question: str) -> bool:
+    """True when ``task`` asks the whole ``question``: token F1 ≥ ``RESTATES`` and every (normalised) word of the
+    question in it. F1 alone is not enough: a kinship sub-question about a long name shares nearly every token
+    with its question ("Who is the father of Jan III of Oświęcim?" has F1 0.82 with "Who is the paternal
+    grandfather of Jan III of Oświęcim?") yet asks one hop of it, not all of it."""
+    words = set(normalize_answer(task).split())
+    asked = normalize_answer(question).split()
+    return bool(asked) and all(w in words for w in asked) and token_f1(task, question) >= RESTATES
+
+
 def restated_fraction(tasks: Sequence[str], question: str) -> float:
-    """Fraction of ``tasks`` that restate ``question`` (token F1 ≥ ``RESTATES``); 0.0 with no tasks."""
-    return sum(token_f1(t, question) >= RESTATES for t in tasks) / len(tasks) if tasks else 0.0
+    """Fraction of ``tasks`` that restate ``question`` (``restates``); 0.0 with no tasks."""
+    return sum(restates(t, question) for t in tasks) / len(tasks) if tasks else 0.0
 
 
 def planner_reward(

@@ -135,8 +135,9 @@ def test_eval_scores_each_row_with_the_recipes_reward(fake_llm, make_settings, t
 
 
 def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_settings, tmp_path):
-    """Without ``[rollout] reward`` the column is the agent's own: CoDA's ``6·F1 − 3`` plus its format terms,
-    negative where the answer is wrong (the fake's answers are), not the answer's EM."""
+    """Without ``[rollout] reward`` the column is the agent's own: CoDA's planner reward (``6·F1 − 3``, its fact
+    credit, its restating penalty and format term), negative where the answer is wrong (the fake's answers are),
+    not the answer's EM."""
     settings = make_settings(
         fake_llm.url,
         agent="coda",
@@ -149,7 +150,8 @@ def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_setting
     _, result = run_eval(settings)
     assert "reward" in result["metrics"] and result["failed"] == 0
     rows = result["rows"]
-    assert all(r["f1"] == 0.0 and -3.0 <= r["reward"] < 0.0 for r in rows), [(r["f1"], r["reward"]) for r in rows]
+    # The fake's planner delegates the question itself: −3 for the answer, −1 for the restated task, +0.1 format.
+    assert all(r["f1"] == 0.0 and -4.0 <= r["reward"] < 0.0 for r in rows), [(r["f1"], r["reward"]) for r in rows]
     # Each row keeps the agent's own record: CoDA's delegated tasks beside what each executor answered.
     for row in rows:
         assert set(row["facts"]) == {"tasks", "executor_answers"}, row["facts"]

@@ -31,6 +31,7 @@ from recipes.rewards.peco import (
     peco_reward,
     planner_reward,
     restated_fraction,
+    restates,
 )
 from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
@@ -187,6 +188,17 @@ def test_a_restated_task_costs_the_planner():
         "Lisbon", planner, [QUESTION], [WHOLE.answer], QUESTION, GOLDS, SUBQ, fact_weight=2.0, restate_penalty=0.5
     )
     assert weighted.reward == pytest.approx(3 + 2.0 * 0.5 - 0.5 * 1 + 0.1)
+
+
+def test_a_kinship_hop_about_a_long_name_is_no_restatement():
+    question = "Who is the paternal grandfather of Jan III of Oświęcim?"
+    hop = "Who is the father of Jan III of Oświęcim?"
+    # 7 tokens shared of the question's 9 and the hop's 8 (normalised: "the" dropped): F1 = 2·7/(9 + 8) = 0.82
+    # ≥ 0.8, but "paternal" and "grandfather" are not asked: one hop, not the question.
+    assert token_f1(hop, question) == pytest.approx(14 / 17)
+    assert not restates(hop, question) and restates(question, question)
+    assert restates("who is the Paternal Grandfather of Jan III of Oświęcim", question)  # case, punctuation
+    assert restated_fraction([hop, "Who is the father of Jan II of Oświęcim?"], question) == 0.0
 
 
 def test_planner_without_a_plan_has_no_fact_term():
