@@ -14,7 +14,7 @@ controls, reading the question's hop plan (``recipes.plans.plan_for_record``; no
 the F1 of its answer against the expected answer of the plan's sub-question its task matches (the golds when
 none does or there is no plan), plus format and a refine term against that same target; the planner by
 ``(6·F1 − 3)`` of its final answer, plus the fraction of the plan's facts its executors returned, minus the
-fraction of its tasks that restate the question, plus format. Format pays only for tags with content. The
+fraction of its tasks that restate the question or repeat an earlier task, plus format. Format pays only for tags with content. The
 episode's reward and components (what eval and RED's accuracy read) are the planner's; each executor's own
 reward goes to its sample (``RewardResult.per_trajectory``), so the trainer should give executors their own
 baseline (``[trainer] role_baseline = "per_role"``: with ``inherit`` they copy the planner's advantage and
@@ -62,7 +62,7 @@ class CoDAParams(AgentParams):
     restate_penalty: float = Field(
         1.0,
         description=f"per_role: planner penalty per fraction of its tasks that restate the question (token F1 >= "
-        f"{RESTATES} with it)",
+        f"{RESTATES} with it and all its words) or repeat an earlier task",
     )
 
 

@@ -10,10 +10,13 @@ final gold it never saw, and format credit is paid for empty tags. Here, with th
   question's golds;
   ``R_e = (6·F1(a_e, T_e) − 3) + w_fmt·fmt_e + w_ref·refine_e`` with ``refine_e`` = cover-EM of its own
   ``<refine>`` text against T_e.
-- planner: ``R_p = (6·s − 3) + w_fact·facts_obtained − w_restate·restated + w_fmt·fmt_p``, s = the metric
+- planner: ``R_p = (6·s − 3) + w_fact·facts_obtained − w_restate·(restated + repeated) + w_fmt·fmt_p``, s = the metric
   score of its final answer; ``facts_obtained`` = the fraction of the plan's sub-questions whose answers some
   executor returned (F1 > ``FACT_FOUND``; 0 without a plan), ``restated`` = the fraction of its tasks that
-  restate the question (``restates``: F1 ≥ ``RESTATES`` and every word of it; 0 without tasks).
+  restate the question (``restates``: F1 ≥ ``RESTATES`` and every word of it; 0 without tasks), ``repeated``
+  the fraction that ask again what an earlier task of the episode asked (the same normalised text): neither
+  asks for anything new, and a warm-started planner with turns to spare delegated its last task again and
+  again (held out, 3.5 tasks a question where the plans have 2).
 - ``fmt`` is ``format.nonempty_role_format_score``: a tag counts only if every block of it has content.
 
 Pure functions over strings; the plan comes in as an argument (``recipes.coda`` looks it up), so these do not
@@ -130,6 +133,17 @@ def restates(task: str, question: str) -> bool:
     return bool(asked) and all(w in words for w in asked) and token_f1(task, question) >= RESTATES
 
 
+def repeated_fraction(tasks: Sequence[str]) -> float:
+    """Fraction of ``tasks`` whose normalised text is an earlier task's; 0.0 with no tasks."""
+    seen: set[str] = set()
+    repeats = 0
+    for task in tasks:
+        key = normalize_answer(task)
+        repeats += key in seen
+        seen.add(key)
+    return repeats / len(tasks) if tasks else 0.0
+
+
 def restated_fraction(tasks: Sequence[str], question: str) -> float:
     """Fraction of ``tasks`` that restate ``question`` (``restates``); 0.0 with no tasks."""
     return sum(restates(t, question) for t in tasks) / len(tasks) if tasks else 0.0
@@ -149,7 +163,8 @@ def planner_reward(
     fact_weight: float = 1.0,
     restate_penalty: float = 1.0,
 ) -> RewardResult:
-    """``R_p = (6·s − 3) + fact_weight·facts_obtained − restate_penalty·restated + format_weight·fmt_p``.
+    """``R_p = (6·s − 3) + fact_weight·facts_obtained − restate_penalty·(restated + repeated) +
+    format_weight·fmt_p``.
 
     ``s`` is the ``metric`` score of the final ``answer`` (0 when ``None``). Components keep
     ``answer_reward``'s names (``em``, ``f1``, …, ``has_answer``) and ``answer``/``answer_term`` as
@@ -160,9 +175,10 @@ def planner_reward(
     s = scores[metric]
     facts = facts_obtained(subquestions, executor_answers)
     restated = restated_fraction(tasks, question)
+    repeated = repeated_fraction(tasks)
     fmt = nonempty_role_format_score(planner_generated, "planner")
     answer_term = affine_answer_reward(s)
-    reward = answer_term + fact_weight * facts - restate_penalty * restated + format_weight * fmt
+    reward = answer_term + fact_weight * facts - restate_penalty * (restated + repeated) + format_weight * fmt
     components = {
         "answer": s,
         "answer_term": answer_term,
@@ -170,6 +186,7 @@ def planner_reward(
         "planner_format": fmt,
         "facts_obtained": facts,
         "restated": restated,
+        "repeated": repeated,
         "has_plan": float(bool(subquestions)),
     }
     return RewardResult(reward=reward, components=components)

@@ -30,6 +30,7 @@ from recipes.rewards.peco import (
     match_subquestion,
     peco_reward,
     planner_reward,
+    repeated_fraction,
     restated_fraction,
     restates,
 )
@@ -308,3 +309,14 @@ def test_per_role_reward_recipes_give_executors_their_own_baseline(path):
     table = tomllib.loads(path.read_text())
     if table["rollout"].get("reward_mode", "per_role") == "per_role":
         assert table["trainer"].get("role_baseline") == "per_role", path.name
+
+
+def test_a_task_asked_again_costs_the_planner_like_a_restated_one():
+    tasks = [HOP1.task, HOP2.task, HOP2.task, HOP2.task.upper()]  # hop 2 asked three times (case aside)
+    assert repeated_fraction(tasks) == 0.5 and repeated_fraction([]) == 0.0
+    planner = "<think>x</think>" + "".join(f"<task>{t}</task>" for t in tasks) + "<answer>Lisbon</answer>"
+    answers = ["Tomas Vale", "Lisbon", "Lisbon", "Lisbon"]
+    r = planner_reward("Lisbon", planner, tasks, answers, QUESTION, GOLDS, SUBQ)
+    # final F1 1 → 3; both facts obtained → +1; none restates the question; 2 of 4 repeat → −0.5; format +0.1
+    assert r.components["repeated"] == 0.5 and r.components["restated"] == 0.0
+    assert r.reward == pytest.approx(3 + 1 - 0.5 + 0.1)
