@@ -61,7 +61,13 @@ RL = tuple(name for name, arm in ARMS.items() if arm.training == "rl")
 SFT_ONLY = tuple(name for name, arm in ARMS.items() if arm.training == "sft")
 CODA_LIKE = tuple(name for name, arm in ARMS.items() if arm.recipe == "coda")  # rows with the planner's tasks
 # Paired differences the report tables (first − second, on the same questions), overall and for these types.
-PAIRS = (("coda", "flat"), ("coda-sft", "flat"), ("coda", "coda-sft"), ("coda", "coda-shared"), ("thinker-searcher", "flat"))
+PAIRS = (
+    ("coda", "flat"),
+    ("coda-sft", "flat"),
+    ("coda", "coda-sft"),
+    ("coda", "coda-shared"),
+    ("thinker-searcher", "flat"),
+)
 PAIRED_TYPES = {"hotpotqa": (), "2wiki": ("compositional",)}
 TARGET_F1 = {"hotpotqa": 0.35, "2wiki": 0.40}
 MARGIN = 0.10

@@ -47,7 +47,6 @@ BUNDLED_INDEXES = {
 
 # The files whose code decides what a demonstration holds (besides the data, the prompts and the settings).
 DEMONSTRATION_CODE = ("recipes/plans.py", "services/trainer/make_sft.py", "services/trainer/demonstrations.py")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def content_key(*parts: object) -> str:
@@ -94,6 +93,7 @@ class Layout:
                 evals=run / "eval",
                 source=None,
             )
+        from recipes.datasets import REPO_ROOT
         from services.trainer.demonstrations import prompt_fingerprint
 
         cache = Path(stack.run_root).parent / "cache"
@@ -117,7 +117,7 @@ class Layout:
             stack.sft_hops,
             stack.sft_max_obs_tokens,
             # The code that writes them: a plan or demonstration rule changed means other demonstrations.
-            *(REPO / f for f in DEMONSTRATION_CODE),
+            *(REPO_ROOT / f for f in DEMONSTRATION_CODE),
         )
         return cls(
             model=Path(stack.model),
