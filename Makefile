@@ -103,9 +103,10 @@ demo-plots: setup  ## redraw the PNG plots of the newest `make train` run (RUN=f
 bench: setup  ## run every bench/*.py (each writes bench/results/<name>.md; bench/_*.py are their parts)
 	@set -e; for script in $(filter-out bench/_%,$(wildcard bench/*.py)); do echo ">> $$script"; $(PY) $$script; done
 
-lint: setup  ## ruff check, and ruff format --check (what CI runs before the tests)
+lint: setup  ## ruff check, ruff format --check and the docs check (what CI runs before the tests)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m testing.docs_check
 
 format: setup  ## ruff format + import sorting
 	$(PY) -m ruff check --fix --select I .

@@ -1,0 +1,298 @@
+"""The docs check that ``make lint`` runs: the README and ``docs/`` cannot rot silently.
+
+    python -m testing.docs_check            # exit 1 and one line per problem
+
+It checks, in ``README.md``, ``tests/README.md`` and ``docs/*.md``:
+- every relative link resolves: the file (or folder) exists, and a ``#anchor`` names a heading of the target;
+- the generated pages are what their generators print now (``docs/configuration.md``, ``docs/metrics.md``);
+- every example command parses: ``make <target>`` names a target of the Makefile, and every ``--flag`` of a
+  ``python -m <module> [subcommand] …`` or ``python <script>.py …`` example appears in that command's
+  ``--help`` (run once per command, so only argparse is exercised).
+
+Examples are read from fenced code blocks and from inline code spans. A generated page's own examples are
+checked like any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# Generated pages: path → (module, function that renders it, the command that writes it).
+GENERATED = {
+    "docs/configuration.md": ("services.stack.reference", "render", "python -m services.stack config-reference"),
+    "docs/metrics.md": ("services.stack.glossary", "render", "python -m services.stack.glossary"),
+}
+FENCE = re.compile(r"^(```|~~~)")
+INLINE = re.compile(r"(`+)(.+?)\1")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+SHELL_END = re.compile(r"\s(?:\||&&|;|>|2>|<)\s|\s#")  # where one command of a line ends
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # file:line
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+def doc_files(root: Path = REPO) -> list[Path]:
+    files = [root / "README.md", root / "tests" / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [f for f in files if f.is_file()]
+
+
+# ---------------------------------------------------------------- markdown structure
+def split_text(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(prose lines, code-block lines), each as (1-based line number, text)."""
+    prose, code, fenced = [], [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+            continue
+        (code if fenced else prose).append((number, line))
+    return prose, code
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces → hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text
+    text = text.replace("`", "").lower().strip()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading's anchor (duplicates numbered as GitHub does: x, x-1, …) and explicit ``<a id>``."""
+    seen: dict[str, int] = {}
+    out = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
+    for _, line in split_text(text)[0]:
+        match = HEADING.match(line)
+        if not match:
+            continue
+        base = slug(match.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def _without_code_spans(line: str) -> str:
+    return INLINE.sub("", line)
+
+
+def check_links(path: Path, root: Path = REPO) -> list[Problem]:
+    """Every relative link of ``path`` resolves, anchors included."""
+    text = path.read_text()
+    problems = []
+    for number, line in split_text(text)[0]:
+        for target in LINK.findall(_without_code_spans(line)):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            where = f"{path.relative_to(root)}:{number}"
+            file_part, _, anchor = target.partition("#")
+            dest = (path.parent / file_part).resolve() if file_part else path
+            if not dest.exists():
+                problems.append(Problem(where, f"link to {target}: no such file"))
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+                problems.append(Problem(where, f"link to {target}: no heading #{anchor} in {dest.name}"))
+    return problems
+
+
+# ---------------------------------------------------------------- example commands
+def example_commands(text: str) -> list[tuple[int, str]]:
+    """Shell commands of the page: each line of a code block (continuations joined) and each inline code span
+    that starts a ``make`` or ``python`` command, as (line number, command)."""
+    prose, code = split_text(text)
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, line in code:
+        if pending is not None:
+            start, before = pending
+            line, number = before + " " + line.strip(), start
+            pending = None
+        if line.rstrip().endswith("\\"):
+            pending = (number, line.rstrip()[:-1])
+            continue
+        out.append((number, line.strip()))
+    for number, line in prose:
+        for _, span in INLINE.findall(line):
+            out.append((number, span.strip()))
+    return out
+
+
+def _words(command: str) -> list[str]:
+    command = SHELL_END.split(" " + command.strip())[0]
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote in prose: take the plain words
+        words = command.split()
+    return [w.strip("[]") for w in words]  # `[--faiss HNSW32]`: an optional flag
+
+
+def make_invocation(command: str) -> tuple[str, list[str]] | None:
+    """``make [VAR=x] target [VAR=x]…`` → (target, variables); None when the command is no make example."""
+    words = _words(command)
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):  # CODA_X=1 make train
+        words = words[1:]
+    if not words or words[0] != "make" or len(words) < 2:
+        return None
+    targets = [w for w in words[1:] if "=" not in w and not w.startswith("-")]
+    if not targets or not re.match(r"^[a-z][a-z0-9_-]*$", targets[0]):
+        return None  # `make <target>`, prose
+    return targets[0], [w.split("=", 1)[0] for w in words[1:] if "=" in w]
+
+
+def python_invocation(command: str) -> tuple[list[str], list[str]] | None:
+    """``[ENV=x] [.venv/bin/]python[3] -m module [sub] --flags`` (or ``torchrun … -m module``, or ``python
+    script.py``) → (the command to ask for ``--help``, its flags); None otherwise."""
+    words = _words(command)
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        words = words[1:]
+    if not words or not re.search(r"(^|/)(python3?(\.\d+)?|torchrun)$", words[0]):
+        return None
+    rest = words[1:]
+    if "-m" in rest:
+        i = rest.index("-m")
+        if i + 1 >= len(rest):
+            return None
+        head, rest = ["-m", rest[i + 1]], rest[i + 2 :]
+    elif words[0].endswith("torchrun"):
+        return None
+    elif rest and rest[0].endswith(".py") and not rest[0].startswith("-"):
+        head, rest = [rest[0]], rest[1:]
+    else:
+        return None
+    if not re.match(r"^[\w./-]+$", head[-1]):
+        return None
+    if rest and re.match(r"^[a-z][a-z0-9-]*$", rest[0]):  # a subcommand
+        head.append(rest[0])
+    flags = [w.split("=", 1)[0] for w in rest if re.match(r"^--[a-z][a-z0-9_-]*", w)]
+    return head, flags
+
+
+def makefile_targets(makefile: Path) -> set[str]:
+    return set(re.findall(r"^([a-z][a-z0-9_-]*):(?!=)", makefile.read_text(), re.M))
+
+
+def makefile_variables(makefile: Path) -> set[str]:
+    """Variables the Makefile reads or sets (``$(VAR)``, ``VAR ?=``, ``VAR :=``)."""
+    text = makefile.read_text()
+    return set(re.findall(r"\$\(([A-Z_][A-Z0-9_]*)\)", text)) | set(
+        re.findall(r"^([A-Z_][A-Z0-9_]*)\s*[?:+]?=", text, re.M)
+    )
+
+
+def check_examples(
+    path: Path,
+    make: tuple[set[str], set[str]],
+    help_of: Callable[[tuple[str, ...]], str | None],
+    root: Path = REPO,
+) -> list[Problem]:
+    """Every make example names a target (``make``: the Makefile's targets and variables) and only variables
+    the Makefile reads; every python example's flags appear in its ``--help``.
+    ``help_of(head)``: the help text of ``python <head> --help``, None when that command does not exist."""
+    problems = []
+    for number, command in example_commands(path.read_text()):
+        where = f"{path.relative_to(root)}:{number}"
+        if (invocation := make_invocation(command)) is not None:
+            target, variables = invocation
+            if target not in make[0]:
+                problems.append(Problem(where, f"`{command}`: the Makefile has no target {target!r}"))
+            for name in variables:
+                if name not in make[1]:
+                    problems.append(Problem(where, f"`{command}`: the Makefile reads no variable {name}"))
+            continue
+        if (python := python_invocation(command)) is None:
+            continue
+        head, flags = python
+        text = help_of(tuple(head))
+        if text is None and len(head) > 1 and head[0] == "-m" and len(head) == 3:
+            head = head[:2]  # the word after the module was an argument, not a subcommand
+            text = help_of(tuple(head))
+        if text is None:
+            problems.append(Problem(where, f"`{command}`: `python {' '.join(head)} --help` fails"))
+            continue
+        for flag in flags:
+            if flag != "--help" and not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
+                problems.append(Problem(where, f"`{command}`: {' '.join(head)} accepts no {flag}"))
+    return problems
+
+
+class HelpCache:
+    """``python <head> --help`` of each command once, run from the repository root."""
+
+    def __init__(self, root: Path = REPO, python: str = sys.executable) -> None:
+        self.root, self.python, self.done = root, python, {}
+
+    def __call__(self, head: tuple[str, ...]) -> str | None:
+        if head not in self.done:
+            if head[0] != "-m" and not (self.root / head[0]).is_file():
+                self.done[head] = None
+            else:
+                run = subprocess.run(
+                    [self.python, *head, "--help"],
+                    cwd=self.root,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    env=_env(self.root),
+                )
+                self.done[head] = run.stdout if run.returncode == 0 else None
+        return self.done[head]
+
+
+def _env(root: Path) -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = "200"  # argparse wraps long flags otherwise
+    return env
+
+
+# ---------------------------------------------------------------- generated pages
+def check_generated(root: Path = REPO, pages: Iterable[str] = GENERATED) -> list[Problem]:
+    import importlib
+
+    problems = []
+    for rel in pages:
+        module, function, command = GENERATED[rel]
+        want = getattr(importlib.import_module(module), function)()
+        path = root / rel
+        if not path.is_file() or path.read_text() != want:
+            problems.append(Problem(rel, f"not current: regenerate with `{command} > {rel}`"))
+    return problems
+
+
+def run_checks(root: Path = REPO, help_of: Callable[[tuple[str, ...]], str | None] | None = None) -> list[Problem]:
+    help_of = help_of or HelpCache(root)
+    make = makefile_targets(root / "Makefile"), makefile_variables(root / "Makefile")
+    problems = check_generated(root)
+    for path in doc_files(root):
+        problems += check_links(path, root)
+        problems += check_examples(path, make, help_of, root)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testing.docs_check", description=__doc__.split("\n")[0])
+    parser.parse_args(argv)
+    problems = run_checks()
+    for problem in problems:
+        print(problem)
+    print(f"docs check: {len(doc_files())} pages, {len(problems)} problems", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The docs check: links and anchors, example commands against the Makefile and a command's --help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testing.docs_check import (
+    anchors,
+    check_examples,
+    check_links,
+    example_commands,
+    make_invocation,
+    makefile_targets,
+    makefile_variables,
+    python_invocation,
+    slug,
+)
+
+MAKEFILE = """\
+RECIPE ?= x
+train: setup  ## run
+\t$(PY) -m services.stack train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
+lint:
+\truff
+"""
+HELP = {
+    ("-m", "services.stack", "train"): "usage: ... [--recipe RECIPE] [--new] [--resume [RUN]]",
+    ("-m", "shared.redis_server"): "usage: ... --port PORT [--dir DIR]",
+}
+
+
+def _page(tmp_path: Path, text: str, name: str = "page.md") -> Path:
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _examples(tmp_path: Path, text: str) -> list[str]:
+    path = _page(tmp_path, text)
+    make = makefile_targets(tmp_path / "Makefile"), makefile_variables(tmp_path / "Makefile")
+    return [p.what for p in check_examples(path, make, HELP.get, root=tmp_path)]
+
+
+def test_slug_follows_github():
+    assert slug("`make train` against a real vLLM") == "make-train-against-a-real-vllm"
+    assert slug("Security: who may drive the stack") == "security-who-may-drive-the-stack"
+    assert slug("The trainer (`services/trainer`, port 8003)") == "the-trainer-servicestrainer-port-8003"
+
+
+def test_anchors_number_duplicates_and_skip_code_blocks():
+    text = "# A\n## A\n```\n# not a heading\n```\n"
+    assert anchors(text) == {"a", "a-1"}
+
+
+def test_broken_links_and_anchors_are_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text("# Title\n## Part two\n")
+    page = _page(
+        tmp_path,
+        "[ok](docs/x.md#part-two) [web](https://example.com) [self](#here)\n# Here\n"
+        "[bad](docs/y.md) [anchor](docs/x.md#part-three) `[in code](nowhere.md)`\n",
+    )
+    problems = [p.what for p in check_links(page, root=tmp_path)]
+    assert problems == [
+        "link to docs/y.md: no such file",
+        "link to docs/x.md#part-three: no heading #part-three in x.md",
+    ]
+
+
+def test_commands_come_from_code_blocks_and_inline_spans():
+    text = "run `make train RECIPE=a` now\n```bash\npython -m m serve \\\n  --port 1  # comment\n```\n"
+    commands = [c for _, c in example_commands(text)]
+    assert "make train RECIPE=a" in commands
+    assert "python -m m serve  --port 1  # comment" in commands
+
+
+def test_invocations_parse():
+    assert make_invocation("CODA_X=1 make train ARGS=--new") == ("train", ["ARGS"])
+    assert make_invocation("make <target>") is None
+    assert python_invocation(".venv/bin/python -m services.stack train --recipe x.toml | tee log") == (
+        ["-m", "services.stack", "train"],
+        ["--recipe"],
+    )
+    assert python_invocation("torchrun --nnodes 2 -m services.trainer train --zero-stage 2") == (
+        ["-m", "services.trainer", "train"],
+        ["--zero-stage"],
+    )
+    assert python_invocation("python bench/qa.py [--again]") == (["bench/qa.py"], ["--again"])
+    assert python_invocation("pip install x") is None
+
+
+def test_examples_are_checked_against_the_makefile_and_help(tmp_path):
+    good = "`make train RECIPE=tiny-cpu` `python -m services.stack train --recipe a --new` `python -m shared.redis_server --port 1`"
+    assert _examples(tmp_path, good) == []
+    bad = "`make trian` `make train FOO=1` `python -m services.stack train --recipes a` `python -m nothing.here --x`"
+    assert _examples(tmp_path, bad) == [
+        "`make trian`: the Makefile has no target 'trian'",
+        "`make train FOO=1`: the Makefile reads no variable FOO",
+        "`python -m services.stack train --recipes a`: -m services.stack train accepts no --recipes",
+        "`python -m nothing.here --x`: `python -m nothing.here --help` fails",
+    ]
+
+
+def test_a_word_after_the_module_may_be_an_argument(tmp_path):
+    # `python -m shared.redis_server foo --port 1`: no subcommand "foo", so the module's own help decides
+    assert _examples(tmp_path, "`python -m shared.redis_server foo --port 1`") == []
