@@ -1,0 +1,181 @@
+"""Recorded series for ``promtool test rules``: for every rule, input series on which it fires and series of a
+healthy run on which it does not (one sample a minute). ``render.promtool_tests`` turns them into
+``deploy/prometheus/alerts.test.yml``, with the expected alerts' annotations taken from ``rules.RULES``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+T = '{job="trainer"}'
+R = '{job="rollout"}'
+P1 = 'server="http://policy-1:8002"'
+PUBLISHED = 'coda_rollout_groups_total{job="rollout",outcome="published"}'
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    fires: bool
+    what: str  # the story the series tell
+    series: dict[str, str]  # series → promtool values notation
+    at: str  # eval_time
+    labels: list[dict[str, str]] = field(default_factory=lambda: [{"job": "trainer"}])  # of each expected alert
+
+
+CASES: tuple[Case, ...] = (
+    Case(
+        "TrainerNotStepping",
+        True,
+        "a step a minute for 30 minutes, then none for 50",
+        {f"coda_trainer_step{T}": "1+1x30 31x60", f"coda_trainer_step_seconds{T}": "60x90"},
+        "80m",
+    ),
+    Case(
+        "TrainerNotStepping",
+        False,
+        "a step a minute all along",
+        {f"coda_trainer_step{T}": "1+1x90", f"coda_trainer_step_seconds{T}": "60x90"},
+        "80m",
+    ),
+    Case(
+        "RolloutNotProducing",
+        True,
+        "groups for 20 minutes, then none, the trainer's queue empty",
+        {
+            PUBLISHED: "0+1x20 20x30",
+            f"coda_trainer_queue_lag{T}": "0x50",
+        },
+        "45m",
+        [{}],
+    ),
+    Case(
+        "RolloutNotProducing",
+        False,
+        "a group a minute",
+        {
+            PUBLISHED: "0+1x50",
+            f"coda_trainer_queue_lag{T}": "0x50",
+        },
+        "45m",
+        [],
+    ),
+    Case(
+        "PolicyServerDown",
+        True,
+        "one of two servers down from minute 6",
+        {
+            f'coda_rollout_server_up{{job="rollout",{P1}}}': "1x5 0x10",
+            'coda_rollout_server_up{job="rollout",server="http://policy-2:8002"}': "1x15",
+        },
+        "12m",
+        [{"job": "rollout", "server": "http://policy-1:8002"}],
+    ),
+    Case("PolicyServerDown", False, "the server up", {f'coda_rollout_server_up{{job="rollout",{P1}}}': "1x15"}, "12m"),
+    Case(
+        "PolicyServerBehind",
+        True,
+        "a server stuck at version 5 while the trainer publishes a version a minute",
+        {f"coda_policy_version{T}": "0+1x20", f'coda_rollout_server_version{{job="rollout",{P1}}}': "0+1x5 5x15"},
+        "15m",
+        [{"job": "rollout", "server": "http://policy-1:8002"}],
+    ),
+    Case(
+        "PolicyServerBehind",
+        False,
+        "a server that keeps up, and one not probed yet (-1)",
+        {
+            f"coda_policy_version{T}": "0+1x20",
+            f'coda_rollout_server_version{{job="rollout",{P1}}}': "0+1x20",
+            'coda_rollout_server_version{job="rollout",server="http://policy-2:8002"}': "-1x20",
+        },
+        "15m",
+    ),
+    Case(
+        "StaleRollouts",
+        True,
+        "half the episodes dropped as stale",
+        {f"coda_trainer_dropped_stale_total{T}": "0+2x30", f"coda_rollout_episodes_total{R}": "0+4x30"},
+        "25m",
+        [{}],
+    ),
+    Case(
+        "StaleRollouts",
+        False,
+        "no episode dropped",
+        {f"coda_trainer_dropped_stale_total{T}": "0x30", f"coda_rollout_episodes_total{R}": "0+4x30"},
+        "25m",
+    ),
+    Case(
+        "SamplerMismatch",
+        True,
+        "mismatch KL jumps from 0.001 to 0.3",
+        {f"coda_trainer_mismatch_kl{T}": "0.001x10 0.3x5", f"coda_trainer_is_weight_mean{T}": "1x15"},
+        "12m",
+    ),
+    Case(
+        "SamplerMismatch",
+        False,
+        "small mismatch, weights near 1",
+        {f"coda_trainer_mismatch_kl{T}": "0.001x15", f"coda_trainer_is_weight_mean{T}": "1.02x15"},
+        "12m",
+    ),
+    Case(
+        "EntropyCollapse",
+        True,
+        "entropy from 2 nats to 0.05",
+        {f"coda_trainer_entropy{T}": "2-0.1x19 0.05x10"},
+        "25m",
+    ),
+    Case(
+        "EntropyCollapse",
+        False,
+        "a model trained from scratch: 7 nats down to 0.5 (below a tenth, not below the floor)",
+        {f"coda_trainer_entropy{T}": "7-0.3x21 0.5x10"},
+        "28m",
+    ),
+    Case(
+        "RewardDrop",
+        True,
+        "reward up from 0 to 0.8 in 40 minutes, then down to 0.1",
+        {f"coda_trainer_reward_mean{T}": "0+0.02x40 0.8-0.05x14 0.1x30"},
+        "80m",
+    ),
+    Case("RewardDrop", False, "reward rising", {f"coda_trainer_reward_mean{T}": "0+0.01x80"}, "80m"),
+    Case(
+        "NoLearningSignal",
+        True,
+        "a step a minute, the policy-gradient loss 0 on every one",
+        {f"coda_trainer_pg_loss{T}": "0x30", f"coda_trainer_step{T}": "0+1x30"},
+        "25m",
+    ),
+    Case(
+        "NoLearningSignal",
+        False,
+        "a step a minute, the policy-gradient loss moving",
+        {f"coda_trainer_pg_loss{T}": "0+0.01x30", f"coda_trainer_step{T}": "0+1x30"},
+        "25m",
+    ),
+    Case("ClipFractionHigh", True, "40% of tokens clipped", {f"coda_trainer_clip_fraction{T}": "0.4x30"}, "20m"),
+    Case("ClipFractionHigh", False, "5% clipped", {f"coda_trainer_clip_fraction{T}": "0.05x30"}, "20m"),
+    Case(
+        "NonFiniteLoss",
+        True,
+        "the loss becomes infinite",
+        {f"coda_trainer_loss{T}": "0.5x5 Inf Inf", f"coda_trainer_grad_norm{T}": "1x7"},
+        "6m",
+    ),
+    Case(
+        "NonFiniteLoss",
+        True,
+        "the gradient norm becomes NaN",
+        {f"coda_trainer_loss{T}": "0.5x7", f"coda_trainer_grad_norm{T}": "1x5 NaN NaN"},
+        "6m",
+    ),
+    Case(
+        "NonFiniteLoss",
+        False,
+        "finite loss and gradient norm",
+        {f"coda_trainer_loss{T}": "0.5x7", f"coda_trainer_grad_norm{T}": "1x7"},
+        "6m",
+    ),
+)
