@@ -89,10 +89,12 @@ def render_summary(
     after: EvalResult | None,
     seconds: float,
     warm: tuple[int, EvalResult | None] | None = None,
+    alerts: list[str] | None = None,
 ) -> str:
     """The closing table: the step-0 eval, the warm start's (``(its step, its eval)``, when the run had one:
     what the demonstrations alone gave) and the end's, side by side. Evals are None when the held-out eval is
-    off (``[stack] eval_limit = 0``): the table then holds the training reward alone."""
+    off (``[stack] eval_limit = 0``): the table then holds the training reward alone. ``alerts``: the lines
+    of what the RL-health alerts said (``services.stack.alerts.monitor.summary_lines``)."""
     rows = read_log(run / "trainer" / "train.jsonl")
     steps = int(rows[-1].get("step", len(rows))) if rows else 0
     columns = [
@@ -121,6 +123,7 @@ def render_summary(
     lines.append(f"| training reward (mean of first/last 5 steps) | {first} | {_fmt(r1)} |")
     lines += [
         "",
+        *(alerts or []),
         f"plots:       {run / 'trainer'}/*.png",
         f"checkpoints: {run / 'checkpoints'}",
         *[f"{'evals:' if i == 0 else '':<13}{r.path}" for i, r in enumerate(evals)],

@@ -28,6 +28,7 @@ from recipes import get_agent
 from services.rollout.config import RolloutSettings
 from services.stack import prepare as steps
 from services.stack import runs
+from services.stack.alerts.monitor import Fired, monitor_for, summary_lines
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout
 from services.stack.processes import Ports, StackProcesses, checkpoint_step, threads_for
@@ -81,6 +82,7 @@ class LocalStack(StackProcesses):
         self.first_step_said = False  # once per run: a warm start's first step is the run's first step
         self.pending = None
         self.server_names = []
+        self.alerts: dict[str, Fired] = {}  # what the RL-health alerts said during training (closing table)
 
     # ---------------------------------------------------------------- paths and env
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
@@ -279,6 +281,9 @@ class LocalStack(StackProcesses):
         pace = Pace(max_steps)
         first_step: list[float] = []
         resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
+        alerts = monitor_for(
+            recipe or self.recipe, log_file, self.ports.rollout if rollout is not None else None, self.say
+        )
 
         last_status = [time.monotonic()]
 
@@ -295,6 +300,7 @@ class LocalStack(StackProcesses):
                     )
                 if on_first_step is not None:
                     on_first_step()
+            alerts.tick()  # a firing alert is said above the live line
             if time.monotonic() - last_status[0] < self.tick_s:
                 return
             last_status[0] = time.monotonic()
@@ -327,6 +333,7 @@ class LocalStack(StackProcesses):
             self.stop(sup, rollout, trainer)
             raise
         finally:
+            self.alerts.update(alerts.fired)
             if self.display is not None:
                 self.display.keep()
         if code != 0:
@@ -361,4 +368,6 @@ class LocalStack(StackProcesses):
                 self.say(f"step-0 eval: {before.headline()}")
             after = self.evaluate(sup, "final") if self.evals else None
         runs.mark_finished(self.run)
-        return render_summary(self.run, before, after, time.time() - self.started, warm=warm)
+        return render_summary(
+            self.run, before, after, time.time() - self.started, warm=warm, alerts=summary_lines(self.alerts)
+        )
