@@ -10,6 +10,31 @@ TRAINING = Dashboard(
     "What the policy learns: rewards, answer quality, losses, RED, optimisation health.",
     [
         (
+            # The RL-health alerts (deploy/prometheus/alerts.yml, docs/alerts.md), from Prometheus's ALERTS series.
+            "Alerts",
+            [
+                Panel(
+                    "RL-health alerts firing",
+                    [('count(ALERTS{kind="rl-health", alertstate="firing"}) or vector(0)', "firing")],
+                    kind="stat",
+                    description="Alerts of deploy/prometheus/alerts.yml firing now; docs/alerts.md says what to do.",
+                    width=6,
+                ),
+                Panel(
+                    "Alert states (1 while firing, 0.5 while pending)",
+                    [
+                        ('max by (alertname) (ALERTS{kind="rl-health", alertstate="firing"})', "{{alertname}}"),
+                        (
+                            '0.5 * max by (alertname) (ALERTS{kind="rl-health", alertstate="pending"})',
+                            "{{alertname}} (pending)",
+                        ),
+                    ],
+                    description="Each RL-health alert over time: a run that stopped learning shows here first.",
+                    width=18,
+                ),
+            ],
+        ),
+        (
             "Progress",
             [
                 Panel("Optimizer step", [("max(coda_trainer_step)", "step")], kind="stat", width=6),

@@ -13,6 +13,9 @@ import yaml
 from services.stack.alerts.rules import RULES, Rule
 from services.stack.alerts.settings import AlertSettings
 
+# A label on every alert of ours: Grafana's Alerts row selects them by it (ALERTS{kind="rl-health"}).
+KIND = {"kind": "rl-health"}
+
 RULES_HEADER = """\
 # RL-health alerts for Prometheus. GENERATED from services/stack/alerts/rules.py by
 # `python -m services.stack.alerts`; do not edit by hand (a test compares). docs/alerts.md says what each means
@@ -31,7 +34,7 @@ def prometheus_rules(settings: AlertSettings) -> dict:
                         "alert": rule.name,
                         "expr": rule.expr(settings),
                         "for": rule.hold(settings),
-                        "labels": {"severity": rule.severity},
+                        "labels": {"severity": rule.severity, **KIND},
                         "annotations": {"summary": rule.summary, "action": rule.action},
                     }
                     for rule in RULES
@@ -120,7 +123,7 @@ def promtool_tests(settings: AlertSettings) -> str:
         rule = by_name[case.rule]
         annotations = {"summary": rule.summary, "action": rule.action}
         expected = [
-            {"exp_labels": {"severity": rule.severity, **labels}, "exp_annotations": annotations}
+            {"exp_labels": {"severity": rule.severity, **KIND, **labels}, "exp_annotations": annotations}
             for labels in (case.labels if case.fires else [])
         ]
         tests.append(
