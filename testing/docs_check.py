@@ -136,7 +136,7 @@ def _words(command: str) -> list[str]:
         words = shlex.split(command)
     except ValueError:  # an unbalanced quote in prose: take the plain words
         words = command.split()
-    return [w.strip("[]") for w in words]  # `[--faiss HNSW32]`: an optional flag
+    return words[:1] + [w.strip("[]") for w in words[1:]]  # `[--faiss HNSW32]`: an optional flag
 
 
 def make_invocation(command: str) -> tuple[str, list[str]] | None:

@@ -31,8 +31,8 @@ Unknown keys are errors. List and table values take JSON in environment variable
 
 One value is read from the environment only, by every service: `CODA_CONTROL_TOKEN`, the secret that the
 routes which change a service's state (the policy server's weight loading, pause and resume) require as
-`Authorization: Bearer <token>`; unset, they answer loopback clients only (`shared/auth.py`, README
-"Security"). It is never a recipe key (recipes are committed) nor a flag (`ps` shows flags).
+`Authorization: Bearer <token>`; unset, they answer loopback clients only (`shared/auth.py`,
+[security.md](security.md)). It is never a recipe key (recipes are committed) nor a flag (`ps` shows flags).
 """
 
 
