@@ -333,6 +333,7 @@ class LocalStack(StackProcesses):
             self.stop(sup, rollout, trainer)
             raise
         finally:
+            alerts.tick(force=True)
             self.alerts.update(alerts.fired)
             if self.display is not None:
                 self.display.keep()

@@ -85,10 +85,12 @@ def stale_rollouts(o: Observed, s: AlertSettings) -> Detail:
 
 
 def mismatch_spike(o: Observed, s: AlertSettings) -> Detail:
-    """The last step's sampler/trainer mismatch: KL (k3) or mean importance weight far from 1."""
-    kl, weight = o.last("mismatch_kl_k3"), o.last("is_weight_mean")
-    if kl is not None and kl > s.mismatch_kl:
-        return f"mismatch KL {kl:.3g} > {s.mismatch_kl:g}"
+    """The last step's sampler/trainer mismatch: KL (k3) above ``mismatch_kl`` and ``mismatch_spike_factor`` ×
+    its median (one version of staleness alone makes it ~0.03 on tiny-cpu's learning rate), or a mean
+    importance weight far from 1."""
+    kls, weight = [v for v in o.values("mismatch_kl_k3") if finite(v)], o.last("is_weight_mean")
+    if kls and kls[-1] > max(s.mismatch_kl, s.mismatch_spike_factor * median(kls)):
+        return f"mismatch KL {kls[-1]:.3g}, median {median(kls):.3g}"
     if weight is not None and abs(weight - 1) > s.is_weight_deviation:
         return f"mean importance weight {weight:.3f}, more than {s.is_weight_deviation:g} from 1"
     return None
@@ -118,8 +120,10 @@ def reward_drop(o: Observed, s: AlertSettings) -> Detail:
 
 
 def no_learning_signal(o: Observed, s: AlertSettings) -> Detail:
-    """Over the last ``no_signal_steps`` RL steps, the share of groups whose rewards were all equal."""
-    rows = [r for r in o.records if r.get("groups", 0)][-s.no_signal_steps :]
+    """Over the last ``no_signal_steps`` RL steps, the share of groups whose rewards were all equal. A step
+    that also trained on demonstrations (SFT, RED) learned from them, and is not counted: a model trained from
+    scratch gets its first rewards after tens of such steps."""
+    rows = [r for r in o.records if r.get("groups", 0) and not r.get("sft_tokens", 0)][-s.no_signal_steps :]
     if len(rows) < s.no_signal_steps:
         return None
     share = sum(float(r.get("zero_variance_groups", 0)) for r in rows) / sum(float(r["groups"]) for r in rows)

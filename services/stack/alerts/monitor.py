@@ -51,10 +51,12 @@ class Monitor:
         self.fired: dict[str, Fired] = {}
         self.last_tick: float | None = None
 
-    def tick(self) -> None:
-        """Evaluate, at most every ``every_s`` (it is called on every progress tick)."""
+    def tick(self, force: bool = False) -> None:
+        """Evaluate, at most every ``every_s`` (it is called on every progress tick); ``force``: now (the last
+        steps of a session that just ended are judged too)."""
         now = self.clock()
-        if not self.settings.enabled or (self.last_tick is not None and now - self.last_tick < self.every_s):
+        recent = self.last_tick is not None and now - self.last_tick < self.every_s
+        if not self.settings.enabled or (recent and not force):
             return
         self.last_tick = now
         if self.metrics_url and (scrape := self._scrape(now)) is not None:

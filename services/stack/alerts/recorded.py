@@ -151,6 +151,17 @@ CASES: tuple[Case, ...] = (
     Case(
         "NoLearningSignal",
         False,
+        "the policy-gradient loss 0 on every step, but the steps train on demonstrations (RED)",
+        {
+            f"coda_trainer_pg_loss{T}": "0x30",
+            f"coda_trainer_step{T}": "0+1x30",
+            f"coda_trainer_sft_loss{T}": "3-0.05x30",
+        },
+        "25m",
+    ),
+    Case(
+        "NoLearningSignal",
+        False,
         "a step a minute, the policy-gradient loss moving",
         {f"coda_trainer_pg_loss{T}": "0+0.01x30", f"coda_trainer_step{T}": "0+1x30"},
         "25m",

@@ -114,9 +114,10 @@ RULES: tuple[Rule, ...] = (
         "Check the inference server's precision and logprobs mode against the trainer's "
         "(`[inference] logprobs_mode`, precision), the temperature both use, and that the served weights are "
         "the trained ones (`sync_max_abs_diff`). A spike after a weight load points at the load.",
-        ("mismatch_kl", "is_weight_deviation"),
+        ("mismatch_kl", "mismatch_spike_factor", "is_weight_deviation"),
         lambda s: (
-            f"coda_trainer_mismatch_kl > {s.mismatch_kl:g} "
+            f"coda_trainer_mismatch_kl > clamp_min({s.mismatch_spike_factor:g} * "
+            f"quantile_over_time(0.5, coda_trainer_mismatch_kl[{_lb(s)}]), {s.mismatch_kl:g}) "
             f"or abs(coda_trainer_is_weight_mean - 1) > {s.is_weight_deviation:g}"
         ),
         checks.mismatch_spike,
@@ -125,7 +126,8 @@ RULES: tuple[Rule, ...] = (
         "EntropyCollapse",
         "The policy's token entropy fell below a fraction of its peak: it stopped exploring.",
         "Lower the learning rate, add an entropy bonus or clip-higher (`[trainer]`), raise the temperature; "
-        "check whether the reward is being hacked with one fixed answer.",
+        "check whether the reward is being hacked with one fixed answer. A policy that solved its task (reward "
+        "at its ceiling) gets here too: then nothing is wrong.",
         ("entropy_fraction", "entropy_floor"),
         lambda s: (
             f"coda_trainer_entropy < {s.entropy_fraction:g} * max_over_time(coda_trainer_entropy[{_lb(s)}]) "
@@ -148,9 +150,13 @@ RULES: tuple[Rule, ...] = (
         "NoLearningSignal",
         "Almost every group's rewards are all equal (advantage 0): GRPO has nothing to learn from.",
         "The task is too hard or too easy for the policy now: check the reward on a few episodes, give more "
-        "samples per prompt (`n_samples`), easier prompts or demonstrations (SFT/RED), or a graded reward.",
+        "samples per prompt (`n_samples`), easier prompts or demonstrations (SFT/RED), or a graded reward. "
+        "Steps that trained on demonstrations are not counted: they learn from those.",
         ("no_signal_share", "no_signal_steps", "window_minutes"),
-        lambda s: f"changes(coda_trainer_pg_loss[{_w(s)}]) == 0 and delta(coda_trainer_step[{_w(s)}]) > 1",
+        lambda s: (
+            f"changes(coda_trainer_pg_loss[{_w(s)}]) == 0 and delta(coda_trainer_step[{_w(s)}]) > 1 "
+            f"unless changes(coda_trainer_sft_loss[{_w(s)}]) > 0"
+        ),
         checks.no_learning_signal,
         prometheus_note=(
             "the share of zero-advantage groups is in train.jsonl only (`zero_variance_groups`), not exported: "

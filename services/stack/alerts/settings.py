@@ -36,14 +36,17 @@ class AlertSettings(ServiceSettings):
     stale_share: float = Field(
         0.25, gt=0, le=1, description="Stale rollouts: share of sampled episodes dropped for staleness above this"
     )
-    mismatch_kl: float = Field(0.05, gt=0, description="Sampler mismatch: mismatch KL (k3) of a step above this")
+    mismatch_kl: float = Field(0.1, gt=0, description="Sampler mismatch: mismatch KL (k3) of a step above this")
+    mismatch_spike_factor: float = Field(
+        10.0, gt=1, description="Sampler mismatch: and above this many times its median (a stale sampler's KL)"
+    )
     is_weight_deviation: float = Field(
         0.2, gt=0, description="Sampler mismatch: mean importance weight further than this from 1"
     )
     entropy_fraction: float = Field(
         0.1, gt=0, lt=1, description="Entropy collapse: entropy below this fraction of its peak (its early value)"
     )
-    entropy_floor: float = Field(0.2, gt=0, description="Entropy collapse: and below this many nats per token")
+    entropy_floor: float = Field(0.1, gt=0, description="Entropy collapse: and below this many nats per token")
     reward_drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Reward drop: smoothed reward lost more than this fraction of its range"
     )
@@ -51,5 +54,5 @@ class AlertSettings(ServiceSettings):
     no_signal_share: float = Field(
         0.9, gt=0, le=1, description="No learning signal: share of zero-advantage groups above this"
     )
-    no_signal_steps: int = Field(20, ge=1, description="No learning signal: over the last this many steps")
+    no_signal_steps: int = Field(20, ge=1, description="No learning signal: over the last this many RL-only steps")
     clip_fraction: float = Field(0.2, gt=0, le=1, description="Clip fraction high: windowed mean above this")

@@ -126,6 +126,8 @@ def test_stale_rollouts_fires_on_a_high_dropped_share():
 
 def test_mismatch_spike_fires_on_kl_or_weights():
     assert "mismatch KL 0.3" in checks.mismatch_spike(observed([*run(9), healthy_step(10, mismatch_kl_k3=0.3)]), S)
+    stale = [healthy_step(i, mismatch_kl_k3=0.03 if i % 3 else 0.19) for i in range(1, 40)]  # tiny-cpu's
+    assert checks.mismatch_spike(observed(stale), S) is None
     assert "importance weight 0.600" in checks.mismatch_spike(observed(run(3, is_weight_mean=0.6)), S)
     assert checks.mismatch_spike(observed(run(3, is_weight_mean=1.1, mismatch_kl_k3=0.01)), S) is None
 
@@ -153,6 +155,8 @@ def test_no_learning_signal_fires_after_n_steps_of_equal_rewards():
     assert checks.no_learning_signal(observed(mostly), S) is None
     sft_steps = [*run(25, zero_variance_groups=2), *[healthy_step(26 + i, groups=0) for i in range(5)]]
     assert checks.no_learning_signal(observed(sft_steps), S)  # steps without groups do not dilute the share
+    with_demonstrations = run(25, zero_variance_groups=2, sft_tokens=1000)  # RED: learns from demonstrations
+    assert checks.no_learning_signal(observed(with_demonstrations), S) is None
 
 
 def test_clip_fraction_high_fires_on_the_window_mean():
