@@ -61,10 +61,14 @@ def test_every_agent_has_its_recipe_toml(agent, monkeypatch):
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_with_every_service(path, monkeypatch):
-    sections = {settings_class(s).toml_section for s in READERS} | {"shared"}
+    from services.stack.alerts.settings import AlertSettings
+
+    # [alerts]: the RL-health alerts' thresholds (docs/alerts.md), read by make train and the rules generator.
+    sections = {settings_class(s).toml_section for s in READERS} | {"shared", AlertSettings.toml_section}
     unknown = set(_table(path)) - sections
     assert not unknown, f"{path.name}: tables no service reads: {sorted(unknown)}"
     assert set(_load_all(path, monkeypatch)) == set(READERS)
+    AlertSettings.load(recipe=path)
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
