@@ -85,12 +85,13 @@ def stale_rollouts(o: Observed, s: AlertSettings) -> Detail:
 
 
 def mismatch_spike(o: Observed, s: AlertSettings) -> Detail:
-    """The last step's sampler/trainer mismatch: KL (k3) above ``mismatch_kl`` and ``mismatch_spike_factor`` ×
-    its median (one version of staleness alone makes it ~0.03 on tiny-cpu's learning rate), or a mean
-    importance weight far from 1."""
+    """Sampler/trainer mismatch: KL (k3) averaged over ``window_steps`` above ``mismatch_kl`` and
+    ``mismatch_spike_factor`` × its median, or the last mean importance weight far from 1. Averaged: one
+    version of staleness at tiny-cpu's learning rate gives 0.01-0.2 and single steps up to ~1 on a healthy run."""
     kls, weight = [v for v in o.values("mismatch_kl_k3") if finite(v)], o.last("is_weight_mean")
-    if kls and kls[-1] > max(s.mismatch_kl, s.mismatch_spike_factor * median(kls)):
-        return f"mismatch KL {kls[-1]:.3g}, median {median(kls):.3g}"
+    recent = kls[-s.window_steps :]
+    if kls and mean(recent) > max(s.mismatch_kl, s.mismatch_spike_factor * median(kls)):
+        return f"mismatch KL {mean(recent):.3g} over the last {len(recent)} steps, median {median(kls):.3g}"
     if weight is not None and abs(weight - 1) > s.is_weight_deviation:
         return f"mean importance weight {weight:.3f}, more than {s.is_weight_deviation:g} from 1"
     return None

@@ -108,16 +108,16 @@ CASES: tuple[Case, ...] = (
     Case(
         "SamplerMismatch",
         True,
-        "mismatch KL jumps from 0.001 to 0.3",
-        {f"coda_trainer_mismatch_kl{T}": "0.001x10 0.3x5", f"coda_trainer_is_weight_mean{T}": "1x15"},
-        "12m",
+        "mismatch KL jumps from 0.001 to 0.5 and stays there",
+        {f"coda_trainer_mismatch_kl{T}": "0.001x9 0.5x10", f"coda_trainer_is_weight_mean{T}": "1x19"},
+        "18m",
     ),
     Case(
         "SamplerMismatch",
         False,
-        "small mismatch, weights near 1",
-        {f"coda_trainer_mismatch_kl{T}": "0.001x15", f"coda_trainer_is_weight_mean{T}": "1.02x15"},
-        "12m",
+        "small mismatch with one step at 0.96 (a healthy tiny-cpu run), weights near 1",
+        {f"coda_trainer_mismatch_kl{T}": "0.01x9 0.96 0.01x9", f"coda_trainer_is_weight_mean{T}": "1.02x19"},
+        "18m",
     ),
     Case(
         "EntropyCollapse",

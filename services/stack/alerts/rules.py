@@ -114,9 +114,9 @@ RULES: tuple[Rule, ...] = (
         "Check the inference server's precision and logprobs mode against the trainer's "
         "(`[inference] logprobs_mode`, precision), the temperature both use, and that the served weights are "
         "the trained ones (`sync_max_abs_diff`). A spike after a weight load points at the load.",
-        ("mismatch_kl", "mismatch_spike_factor", "is_weight_deviation"),
+        ("mismatch_kl", "mismatch_spike_factor", "is_weight_deviation", "window_steps", "window_minutes"),
         lambda s: (
-            f"coda_trainer_mismatch_kl > clamp_min({s.mismatch_spike_factor:g} * "
+            f"avg_over_time(coda_trainer_mismatch_kl[{_w(s)}]) > clamp_min({s.mismatch_spike_factor:g} * "
             f"quantile_over_time(0.5, coda_trainer_mismatch_kl[{_lb(s)}]), {s.mismatch_kl:g}) "
             f"or abs(coda_trainer_is_weight_mean - 1) > {s.is_weight_deviation:g}"
         ),

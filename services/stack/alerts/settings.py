@@ -36,7 +36,7 @@ class AlertSettings(ServiceSettings):
     stale_share: float = Field(
         0.25, gt=0, le=1, description="Stale rollouts: share of sampled episodes dropped for staleness above this"
     )
-    mismatch_kl: float = Field(0.1, gt=0, description="Sampler mismatch: mismatch KL (k3) of a step above this")
+    mismatch_kl: float = Field(0.2, gt=0, description="Sampler mismatch: mismatch KL (k3), windowed mean, above this")
     mismatch_spike_factor: float = Field(
         10.0, gt=1, description="Sampler mismatch: and above this many times its median (a stale sampler's KL)"
     )

@@ -87,6 +87,8 @@ def test_ctrl_c_then_the_same_command_continues_the_run(tmp_path):
     assert len(trained) == len(set(trained)) == state["groups_trained"], "a group was trained twice"
     assert json.loads((run / runs.RUN_FILE).read_text())["finished"]
     assert "make train finished" in text and (run / "logs" / "stack.log").is_file()
+    # A healthy run (resumed included) fires none of the RL-health alerts (docs/alerts.md).
+    assert "alerts:      none fired" in text and "] alert " not in text, text[-3000:]
 
 
 @pytest.mark.slow

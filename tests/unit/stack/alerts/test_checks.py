@@ -125,7 +125,10 @@ def test_stale_rollouts_fires_on_a_high_dropped_share():
 
 
 def test_mismatch_spike_fires_on_kl_or_weights():
-    assert "mismatch KL 0.3" in checks.mismatch_spike(observed([*run(9), healthy_step(10, mismatch_kl_k3=0.3)]), S)
+    sustained = [*run(20), *[healthy_step(i, mismatch_kl_k3=0.5) for i in range(21, 31)]]
+    assert "mismatch KL 0.5 over the last 10 steps" in checks.mismatch_spike(observed(sustained), S)
+    one_step = [*run(20), healthy_step(21, mismatch_kl_k3=0.96)]  # seen on a healthy tiny-cpu run
+    assert checks.mismatch_spike(observed(one_step), S) is None
     stale = [healthy_step(i, mismatch_kl_k3=0.03 if i % 3 else 0.19) for i in range(1, 40)]  # tiny-cpu's
     assert checks.mismatch_spike(observed(stale), S) is None
     assert "importance weight 0.600" in checks.mismatch_spike(observed(run(3, is_weight_mean=0.6)), S)
