@@ -18,7 +18,8 @@ import torch
 from services.trainer import faults
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
-from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pack_shared, pad
+from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
+from services.trainer.prefix_tree import loss_view, pack_shared
 from services.trainer.step_result import StepMetrics, StepResult
 from shared.log import get_logger
 
@@ -116,10 +117,11 @@ def train_step(
     for i, (kind, batch) in enumerate(plan):
         eng.engine.set_gradient_accumulation_boundary(i == len(plan) - 1)
         logp, ent = eng.engine(**batch_inputs(batch, eng.device))
-        mask = batch.target_mask.to(eng.device)
+        logp, ent, view = loss_view(batch, logp, ent)  # a prefix-tree batch: one entry per sample's token
+        mask = view.target_mask.to(eng.device)
         entropy_sum = float((ent.detach() * mask).sum())
         if kind == "rl":
-            loss, parts = rl_loss(logp, ent, _on(batch, eng.device), norms)
+            loss, parts = rl_loss(logp, ent, _on(view, eng.device), norms)
             metrics.rl.add(parts)
             metrics.rl_entropy_sum += entropy_sum
         else:

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from services.trainer.logprobs import PolicyLogprobs, batch_inputs, sequence_logprobs
-from services.trainer.packing import TrainSeq, empty_batch, pack, pack_shared, pad
+from services.trainer.logprobs import PolicyLogprobs, sequence_logprobs
+from services.trainer.packing import TrainSeq, empty_batch, pack, pad
 from tests.unit.trainer.tiny import tiny_qwen2
 
 
@@ -94,77 +94,3 @@ def test_padded_layout_counts_padding():
 def test_empty_batch_trains_nothing():
     b = empty_batch(["old"])
     assert b.num_tokens == 0 and b.target_mask.sum() == 0
-
-
-def _groups(prompts: int, per_group: int, vocab: int = 64, seed: int = 0) -> list[TrainSeq]:
-    """GRPO-shaped samples: ``per_group`` continuations of each of ``prompts`` prompts."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(prompts):
-        prompt = [rng.randrange(vocab) for _ in range(rng.randint(9, 14))]
-        for _ in range(per_group):
-            answer = [rng.randrange(vocab) for _ in range(rng.randint(1, 8))]
-            i, n = len(out), len(prompt) + len(answer)
-            out.append(TrainSeq(prompt + answer, [0] * len(prompt) + [1] * len(answer), {"adv": [i - 5.0] * n}, i))
-    return out
-
-
-def _logprobs_and_grads(model, batches):
-    model.zero_grad()
-    policy = PolicyLogprobs(model, chunk=5)
-    values: dict[int, list[float]] = {}
-    for b in batches:
-        logp, _ = policy(**batch_inputs(b, torch.device("cpu")))
-        (logp * b.fields["adv"] * b.target_mask).sum().backward()
-        flat = (b.seq.flatten().tolist(), logp.flatten().tolist(), b.target_mask.flatten().tolist())
-        for s, v, m in zip(*flat, strict=True):
-            if m:
-                values.setdefault(s, []).append(v)
-    return values, [p.grad.clone() for p in model.parameters()]
-
-
-def test_shared_prompts_give_the_same_logprobs_and_gradients_from_fewer_tokens():
-    seqs = [*_groups(3, 4), TrainSeq([1, 2, 3, 4, 5], [0, 0, 1, 1, 1], {"adv": [0.5] * 5}, 12)]
-    model = tiny_qwen2()
-    plain, shared = pack(seqs, 64), pack_shared(seqs, 64)
-    want, want_grads = _logprobs_and_grads(model, plain)
-    got, got_grads = _logprobs_and_grads(model, shared)
-    assert sorted(got) == sorted(want) == list(range(13))
-    for i in want:  # each trained token's logprob, in order within its sequence
-        assert torch.allclose(torch.tensor(got[i]), torch.tensor(want[i]), atol=1e-5), i
-    for g, w in zip(got_grads, want_grads, strict=True):
-        assert torch.allclose(g, w, atol=1e-5)
-    # Each prompt (minus its last token, which every continuation keeps) is in the batch once, not 4 times.
-    assert sum(b.num_tokens for b in shared) < 0.6 * sum(b.num_tokens for b in plain)
-    assert all(b.attention_mask.dim() == 4 for b in shared)
-
-
-def test_shared_prompt_without_its_mask_would_leak_between_continuations():
-    """Control: the same tree row under a plain causal mask lets a continuation see its siblings."""
-    seqs = _groups(1, 3)
-    (b,) = pack_shared(seqs, 64)
-    model = tiny_qwen2()
-    policy = PolicyLogprobs(model)
-    with torch.no_grad():
-        good, _ = policy(**batch_inputs(b, torch.device("cpu")))
-        leaky = dict(batch_inputs(b, torch.device("cpu")), attention_mask=None)
-        leaky["position_ids"] = torch.arange(b.input_ids.shape[1]).unsqueeze(0)
-        bad, _ = policy(**leaky)
-    last = (b.seq == 2) & (b.target_mask > 0)
-    assert not torch.allclose(good[last], bad[last], atol=1e-3)
-
-
-def test_shared_group_larger_than_the_budget_is_split_with_its_own_prompt_copies():
-    seqs = _groups(1, 8)
-    batches = pack_shared(seqs, token_budget=40)
-    assert all(b.input_ids.numel() <= 40 for b in batches)
-    trained = sum(int(b.target_mask.sum()) for b in batches)
-    assert trained == sum(sum(s.mask[1:]) for s in seqs)
-    prompt_starts = sum(int(((b.position_ids == 0) & (b.seq >= 0)).sum()) for b in batches)
-    assert 1 < prompt_starts < len(seqs)  # several copies of the prompt, fewer than one per sample
-
-
-def test_sequences_without_a_shared_prompt_pack_as_before():
-    seqs = _seqs([5, 17, 1, 9, 30, 2, 12])  # distinct random prompts
-    shared = pack_shared(seqs, token_budget=40)
-    assert sum(b.num_tokens for b in shared) == sum(len(s.tokens) for s in seqs)
