@@ -32,6 +32,12 @@ class TrainerSettings(ServiceSettings):
     lora_targets: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters"
     )
+    lora_layers: int = Field(
+        0,
+        ge=0,
+        description="LoRA on the top N decoder layers only (0: every layer). Backward then stops at the lowest "
+        "adapted layer and the layers below keep no activations: less time and memory a step, fewer weights to learn",
+    )
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory")
     precision: Precision = Field(

@@ -90,9 +90,31 @@ def load_lm(path: str, settings: TrainerSettings, dtype: torch.dtype) -> nn.Modu
             lora_dropout=settings.lora_dropout,
             target_modules=list(settings.lora_targets),
             task_type="CAUSAL_LM",
+            layers_to_transform=_top_layers(lm, settings.lora_layers),
         )
         lm = get_peft_model(lm, cfg)
+        if settings.lora_layers:
+            _no_input_grads(lm.get_base_model())
     return lm
+
+
+def _no_input_grads(lm: nn.Module) -> None:
+    """Undo ``enable_input_require_grads``, which transformers (checkpointing) and peft each apply, the second
+    time over the first one's record so ``disable_input_require_grads`` misses it. It serves reentrant
+    checkpointing, which we do not use; kept, backward runs through every frozen layer below the adapters."""
+    hooks = lm.get_input_embeddings()._forward_hooks
+    for key in [k for k, fn in hooks.items() if getattr(fn, "__name__", "") == "make_inputs_require_grads"]:
+        del hooks[key]
+
+
+def _top_layers(lm: nn.Module, n: int) -> list[int] | None:
+    """Indices of the top ``n`` decoder layers (None: all of them)."""
+    if not n:
+        return None
+    total = lm.config.num_hidden_layers
+    if n > total:
+        raise ValueError(f"lora_layers={n} but the model has {total} decoder layers")
+    return list(range(total - n, total))
 
 
 def load_reference(settings: TrainerSettings, device: torch.device, dtype: torch.dtype) -> PolicyLogprobs | None:
