@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import _step_profile_2wiki as multi  # noqa: E402  (bench/ is on sys.path when this file runs)
+
 MODEL = ROOT / "runs" / "models" / "smollm2-135m-instruct"
 OUT = ROOT / "bench" / "results" / "step_profile.md"
 CONFIGS = {
@@ -145,7 +147,22 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="which to run")
     ap.add_argument("--no-write", action="store_true", help="print, leave step_profile.md alone")
+    ap.add_argument(
+        "--case",
+        choices=["single-turn", "2wiki"],
+        default="single-turn",
+        help="single-turn: the synthetic 8×4 case above; 2wiki: an RL step of smol-2wiki on recorded groups, "
+        "today's levers side by side (bench/_step_profile_2wiki.py)",
+    )
+    ap.add_argument("--arms", nargs="+", choices=list(multi.ARMS), default=list(multi.ARMS), help="2wiki: which arms")
+    ap.add_argument("--baseline", default="03132ed", help="2wiki: the commit the `before` arm runs")
+    ap.add_argument("--model", default=str(MODEL), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.case == "2wiki":
+        if args.child:
+            multi.child_main(args.child, args.steps, args.model)
+            return
+        return run_multi_turn(args)
     if args.child:
         print(json.dumps(child(CONFIGS[args.child], args.steps)))
         return
@@ -173,6 +190,41 @@ def main() -> None:
         return
     bf16 = bf16_check()
     write(runs, bf16, args, time.time() - started)
+
+
+MULTI_BEGIN, MULTI_END = "<!-- multi-turn case: begin -->", "<!-- multi-turn case: end -->"
+
+
+def host() -> str:
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    from shared.precision import native_bf16
+
+    return f"{os.cpu_count()} CPU cores ({cpu}; native bf16: {'yes' if native_bf16() else 'no'})"
+
+
+def run_multi_turn(args: argparse.Namespace) -> None:
+    """``--case 2wiki``: the arms side by side; its section of step_profile.md replaced (the rest kept)."""
+    if not MODEL.exists():
+        raise SystemExit(f"{MODEL} is missing: `make train RECIPE=smol-2wiki` makes it")
+    started = time.time()
+    runs = multi.run(ROOT, __file__, args.arms, args.reps, args.steps, args.baseline, Path(args.model))
+    lines = multi.report(runs, args.reps, args.steps, args.baseline, host(), time.time() - started)
+    print("\n".join(lines))
+    if args.no_write:
+        return
+    (OUT.parent / "step_profile-2wiki.json").write_text(json.dumps(runs, indent=1) + "\n")
+    text = OUT.read_text() if OUT.exists() else ""
+    if MULTI_BEGIN in text:
+        head, rest = text.split(MULTI_BEGIN, 1)
+        text = head + rest.split(MULTI_END, 1)[1].lstrip("\n")
+    OUT.write_text(text.rstrip("\n") + "\n\n" + "\n".join([MULTI_BEGIN, *lines, MULTI_END]) + "\n")
 
 
 def write(runs: dict[str, list[dict]], bf16: dict, args: argparse.Namespace, wall: float) -> None:
