@@ -48,7 +48,7 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
     lines = [
         "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
         "",
-        f"Written by `bench/ablation.py` (raw numbers: `{md.stem}.json`). Demonstrations: {_demonstrations(cfg)}. "
+        f"Written by `python -m bench.ablation` (raw numbers: `{md.stem}.json`). Demonstrations: {_demonstrations(cfg)}. "
         f"One warm start (SFT only, {cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then "
         f"{cfg['train_s']:.0f} s of training wall time per arm on this 2-core CPU machine, evaluated greedily on "
         f"the lookup world's {cfg['eval_limit']} held-out questions {evals}{_hotpot(cfg)}.",

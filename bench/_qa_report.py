@@ -487,7 +487,7 @@ def write_report(doc: dict, md: Path) -> None:
     lines = [
         "# Real multi-hop QA: HotpotQA and 2WikiMultihopQA, held-out dev questions",
         "",
-        f"Written by `bench/qa.py` (raw numbers: `{md.stem}.json`); reproduce with `.venv/bin/python bench/qa.py`. "
+        f"Written by `python -m bench.qa` (raw numbers: `{md.stem}.json`); reproduce with `.venv/bin/python -m bench.qa`. "
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
         "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "

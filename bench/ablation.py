@@ -1,7 +1,7 @@
 """The RED ablations on the real model, at equal wall time: what RL adds after a warm start on demonstrations.
 
-    .venv/bin/python bench/ablation.py     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
-    .venv/bin/python bench/ablation.py --train-s 120 --seeds 0 --arms sft red   # a quick look
+    .venv/bin/python -m bench.ablation     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
+    .venv/bin/python -m bench.ablation --train-s 120 --seeds 0 --arms sft red   # a quick look
 
 1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
    ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once. Every arm that
@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
 
+from bench._ablation_report import ARMS, write_report  # noqa: E402
 from services.stack import prepare as steps  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
 from services.stack.prepare import Layout  # noqa: E402
@@ -48,9 +45,6 @@ from services.stack.supervisor import Supervisor  # noqa: E402
 from services.stack.train import LocalStack  # noqa: E402
 from services.trainer import checkpoint  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from _ablation_report import ARMS, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # the arms stop on wall time, not on a step count

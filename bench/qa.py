@@ -1,7 +1,7 @@
 """Real multi-hop QA (HotpotQA and 2WikiMultihopQA dev): every method on the same held-out questions.
 
-    .venv/bin/python bench/qa.py                                   # the recorded run (bench/results/qa.md)
-    .venv/bin/python bench/qa.py --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
+    .venv/bin/python -m bench.qa                                   # the recorded run (bench/results/qa.md)
+    .venv/bin/python -m bench.qa --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
 
 Methods (``_qa_report.ARMS``: recipe, training, environment; all evaluated greedily on the dataset's fixed
 held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, or all of them):
@@ -45,17 +45,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
 
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from bench._peer_trl_parts import tree_rss  # noqa: E402
+from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 from recipes import get_agent  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
 from services.stack.config import StackSettings  # noqa: E402
@@ -67,10 +66,6 @@ from services.stack.train import LocalStack  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
 from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from _peer_trl_parts import tree_rss  # noqa: E402
-from _qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count

@@ -9,13 +9,12 @@ import os
 import numpy as np
 import pytest
 
-from tests.unit.bench_module import bench_module
-
 
 @pytest.fixture(scope="module")
 def report():
-    with bench_module("_qa_report") as module:
-        yield module
+    from bench import _qa_report
+
+    return _qa_report
 
 
 def test_bootstrap_interval_of_a_constant_is_the_constant(report):
@@ -142,15 +141,16 @@ def test_a_run_records_what_its_trainer_computed_in(monkeypatch, tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[rollout]\nagent = "search-r1"\n')
     monkeypatch.delenv("CODA_TRAINER_PRECISION", raising=False)
-    with bench_module("qa", bench_on_path=True) as qa:
-        monkeypatch.setattr(precision, "native_bf16", lambda: True)
-        assert qa.matmul_precision(str(recipe), []) == "bf16"  # auto, on a CPU that multiplies bf16
-        assert qa.matmul_precision(str(recipe), ["CODA_TRAINER_PRECISION=fp32"]) == "fp32"  # --set wins
-        recipe.write_text('[trainer]\nprecision = "fp32"\n')
-        assert qa.matmul_precision(str(recipe), []) == "fp32"  # the recipe's
-        monkeypatch.setattr(precision, "native_bf16", lambda: False)
-        recipe.write_text("")
-        assert qa.matmul_precision(str(recipe), []) == "fp32"
+    from bench import qa
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert qa.matmul_precision(str(recipe), []) == "bf16"  # auto, on a CPU that multiplies bf16
+    assert qa.matmul_precision(str(recipe), ["CODA_TRAINER_PRECISION=fp32"]) == "fp32"  # --set wins
+    recipe.write_text('[trainer]\nprecision = "fp32"\n')
+    assert qa.matmul_precision(str(recipe), []) == "fp32"  # the recipe's
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    recipe.write_text("")
+    assert qa.matmul_precision(str(recipe), []) == "fp32"
 
 
 def test_the_speed_column_names_the_precision(report):
@@ -279,8 +279,9 @@ def test_the_report_tables_paired_differences_overall_and_for_compositional(repo
 
 @pytest.fixture(scope="module")
 def qa():
-    with bench_module("qa", bench_on_path=True) as module:
-        yield module
+    from bench import qa
+
+    return qa
 
 
 def test_every_arm_has_its_recipe_training_and_environment(qa):
