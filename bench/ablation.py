@@ -37,13 +37,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench._ablation_report import ARMS, write_report  # noqa: E402
-from services.stack import prepare as steps  # noqa: E402
-from services.stack.config import StackSettings  # noqa: E402
-from services.stack.prepare import Layout  # noqa: E402
-from services.stack.report import read_eval, read_log  # noqa: E402
-from services.stack.supervisor import Supervisor  # noqa: E402
-from services.stack.train import LocalStack  # noqa: E402
-from services.trainer import checkpoint  # noqa: E402
+from services.stack import (  # noqa: E402
+    Layout,
+    LocalStack,
+    StackSettings,
+    Supervisor,
+    checkpoint_step,
+    eval_args,
+    read_eval,
+    read_log,
+    start_from_checkpoint,
+)
 from shared.redis_server import free_port  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -98,18 +102,10 @@ class Bench:
         out = stack.layout.evals / label
         started = time.time()
         if not hotpot:
-            stack.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
+            stack.job(sup, f"eval-{label}", eval_args(self.settings, out))
         else:
             port = free_port()
-            retriever = sup.start(
-                stack.service(
-                    "retriever-hotpot",
-                    ["services.retriever", "serve"],
-                    port,
-                    CODA_RETRIEVER_INDEX_DIR=str(self.hotpot_index),
-                    CODA_RETRIEVER_PORT=str(port),
-                )
-            )
+            retriever = sup.start(stack.retriever_service(self.hotpot_index, port, name="retriever-hotpot"))
             args = [
                 "services.rollout",
                 "eval",
@@ -145,7 +141,7 @@ class Bench:
         trainer = sup.start(stack.trainer_service(**env))
         rollout = None
         if arm != "sft":
-            rollout = sup.start(stack.service("rollout", ["services.rollout", "serve"], stack.ports.rollout, **env))
+            rollout = sup.start(stack.rollout_service(**env))
         while trainer.proc.poll() is None and time.time() - started < seconds:
             for other in sup.services:
                 if other is not trainer and other.proc.poll() is not None:
@@ -203,18 +199,7 @@ class Bench:
     def arm(self, arm: str, seed: int, warm: Path) -> dict:
         run = self.root / f"seed{seed}-{arm}"
         shutil.rmtree(run, ignore_errors=True)
-        start = checkpoint.latest(warm)
-        copy = run / "checkpoints" / start.name
-        shutil.copytree(start, copy)
-        for rng in copy.glob("rng-*.pt"):
-            rng.unlink()  # the arm's seed, not the warm start's RNG state
-        state = json.loads((copy / "state.json").read_text())
-        warm_step = state["step"]
-        state["covered"] = []  # stream ids of the warm start's own Redis
-        for key, empty in (("trained_groups", []), ("recent_groups", []), ("groups_trained", 0)):
-            if key in state:
-                state[key] = empty
-        (copy / "state.json").write_text(json.dumps(state))
+        warm_step = start_from_checkpoint(warm, run / "checkpoints")  # the arm's seed, not the warm start's RNG
         stack = self.stack(arm, run)
         rec: dict = {"arm": arm, "seed": seed, "started": time.strftime("%H:%M:%S"), "points": []}
         total = 0.0
@@ -222,7 +207,7 @@ class Bench:
             stack.start_servers(sup)
             for k in range(self.a.segments):
                 total += self.train_for(stack, sup, arm, seed, self.a.train_s / self.a.segments)
-                step = json.loads((checkpoint.latest(run / "checkpoints") / "state.json").read_text())["step"]
+                step = checkpoint_step(run / "checkpoints")
                 point = {
                     "train_s": round(total, 1),
                     "steps": step - warm_step,

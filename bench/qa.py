@@ -57,12 +57,7 @@ from bench._peer_trl_parts import tree_rss  # noqa: E402
 from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 from recipes import get_agent  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
-from services.stack.config import StackSettings  # noqa: E402
-from services.stack.prepare import Layout  # noqa: E402
-from services.stack.processes import threads_for  # noqa: E402
-from services.stack.report import read_eval, read_log  # noqa: E402
-from services.stack.supervisor import Supervisor  # noqa: E402
-from services.stack.train import LocalStack  # noqa: E402
+from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, read_log, threads_for  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
 from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
@@ -164,9 +159,8 @@ class Bench:
             stack.start_servers(sup)
             return
         stack.start_servers(sup, searcher=False)
-        load_adapter(stack, SEARCHER_ADAPTER, searcher)
-        env = {"CODA_SEARCHER_MODEL_NAME": SEARCHER_ADAPTER}
-        sup.start(stack.service("searcher", ["services.searcher", "serve"], stack.ports.searcher, **env))
+        stack.load_adapter(SEARCHER_ADAPTER, searcher)
+        sup.start(stack.searcher_service(CODA_SEARCHER_MODEL_NAME=SEARCHER_ADAPTER))
         say(f"searcher healthy: {searcher.name} served as {SEARCHER_ADAPTER!r}")
 
     def searcher_for(self, run: Path, dataset: str, method: str, seed: int) -> tuple[Path | None, str | None]:
@@ -190,16 +184,11 @@ class Bench:
         (during training it has one, beside the trainer), and the last published adapter loaded into it (and
         the searcher's, ``searcher``). Each CoDA row is scored against its question's hop plan (``delegations``;
         the held-out annotations are read here, to measure, and nowhere in training)."""
-        serving = next(s for s in sup.services if s.name == "inference")
-        sup.stop(serving)
-        fresh = stack.inference_service()
-        cores = str(os.cpu_count() or 1)
-        fresh.env.update(OMP_NUM_THREADS=cores, CODA_INFERENCE_THREADS=cores)  # the server's own default is 1
-        sup.start(fresh)
+        stack.restart_inference(sup, threads=os.cpu_count() or 1)  # the server's own default is 1
         if policy == "live":
-            reload_last_adapter(stack)
+            stack.load_last_adapter()
         if searcher is not None:
-            load_adapter(stack, SEARCHER_ADAPTER, searcher)
+            stack.load_adapter(SEARCHER_ADAPTER, searcher)
         if dataset not in self.plans:
             self.plans[dataset] = expected_results(dataset)
         plans = self.plans[dataset]
@@ -238,11 +227,7 @@ class Bench:
             env.setdefault("OMP_NUM_THREADS", str(threads_for("trainer", alone=True)))
         started = time.time()
         trainer = sup.start(stack.trainer_service(**env))
-        rollout = (
-            sup.start(stack.service("rollout", ["services.rollout", "serve"], stack.ports.rollout, **env))
-            if rl
-            else None
-        )
+        rollout = sup.start(stack.rollout_service(**env)) if rl else None
         while trainer.proc.poll() is None and time.time() - started < seconds:
             for other in sup.services:
                 if other is not trainer and other.proc.poll() is not None:
@@ -351,32 +336,6 @@ class Bench:
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.json.write_text(json.dumps(self.doc, indent=0))
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
-
-
-def load_adapter(stack: LocalStack, name: str, path: Path) -> None:
-    """Load the LoRA adapter at ``path`` (under the run's folder) into the inference server as ``name``."""
-    from shared.inference_client import SyncInferenceClient
-
-    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(name, str(path.resolve()))
-
-
-def reload_last_adapter(stack: LocalStack) -> None:
-    """Load the adapter the trainer published last into the (restarted) inference server, under its name."""
-    import redis
-
-    from shared.inference_client import SyncInferenceClient
-    from shared.protocol import WeightUpdate
-    from shared.stream import decode
-
-    client = redis.Redis(port=stack.ports.redis)
-    last = client.xrevrange("weights", count=1)
-    client.close()
-    if not last:
-        raise RuntimeError("the trainer published no weights")
-    update = decode(WeightUpdate, last[0][1])
-    if update.kind != "lora":
-        raise RuntimeError(f"bench/qa.py evaluates LoRA runs; the last publish was {update.kind}")
-    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(update.model_name, update.path)
 
 
 def commit() -> str:
