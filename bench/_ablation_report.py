@@ -1,11 +1,13 @@
 """The ablation bench's report: ``bench/results/ablation.md`` (tables and the outcome) and ``ablation.png``
-(held-out F1 against training wall time), written from ``ablation.json`` by ``bench/ablation.py``."""
+(held-out F1 against training wall time), written from ``ablation.json`` by ``python -m bench.ablation``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ARMS = {"grpo": "GRPO only", "sft": "SFT only", "fixed": "fixed SFT weight + GRPO", "red": "full RED (SFT + GRPO)"}
+from bench._ablation_arms import SMOL
+
+ARMS = {name: arm.label for name, arm in SMOL.items()}
 
 
 def _fmt(x, digits: int = 3) -> str:

@@ -3,13 +3,13 @@
     .venv/bin/python -m bench.ablation     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
     .venv/bin/python -m bench.ablation --train-s 120 --seeds 0 --arms sft red   # a quick look
 
-1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
+1. One warm start, shared by every arm: the ``sft`` arm (SFT only, no rollouts) for
    ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once. Every arm that
    uses demonstrations (the warm start, SFT only, fixed, RED) cycles through the same ones: the recipes'
    ``[stack] sft_limit`` (a budget of 4: what a user who writes them by hand has; 0 = one per training
    question, ``bench/results/ablation-all-demos.md``).
-2. Each arm (``configs/smol-ablation-{grpo,sft,fixed,red}.toml``: smol-cpu with only ``red_mode`` /
-   ``sft_only`` changed) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
+2. Each arm (``bench/_ablation_arms.py``: ``configs/smol-cpu.toml`` with only ``red_mode`` / ``sft_only``
+   overridden, and one budget) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
    not its RNG state, so ``--seeds`` differ) with its own Redis, inference server and retriever, and trains for
    ``--train-s`` seconds of wall time, cut into ``--segments`` pieces: after each the trainer and the rollout
    are stopped (the trainer checkpoints), the adapter it published last is evaluated greedily on the lookup
@@ -36,7 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._ablation_report import ARMS, write_report  # noqa: E402
+from bench._ablation_arms import SMOL as ARMS  # noqa: E402
+from bench._ablation_report import write_report  # noqa: E402
 from services.stack import (  # noqa: E402
     Layout,
     LocalStack,
@@ -55,7 +56,8 @@ MANY_STEPS = "100000"  # the arms stop on wall time, not on a step count
 
 
 def recipe(arm: str) -> str:
-    return str(ROOT / "configs" / f"smol-ablation-{arm}.toml")
+    """The user recipe the arm overrides (every arm: the same one)."""
+    return str(ROOT / ARMS[arm].recipe)
 
 
 def say(message: str) -> None:
@@ -136,7 +138,7 @@ class Bench:
     ) -> float:
         """Trainer (+ rollout for the RL arms) until ``seconds`` have passed or ``max_steps`` are done;
         returns the seconds they ran (from the trainer's start to its exit, its checkpoint included)."""
-        env = self.trainer_env(seed, max_steps)
+        env = {**ARMS[arm].env, **self.trainer_env(seed, max_steps)}  # the arm's overrides, then the run's
         started = time.time()
         trainer = sup.start(stack.trainer_service(**env))
         rollout = None
