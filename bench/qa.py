@@ -30,8 +30,8 @@ once per ``--seeds`` seed.
 For each run the bench keeps every question's EM, F1, searches, generated tokens and type (CoDA arms: also how
 the planner split it, scored against the question's hop plan: ``_qa_report.delegations``), and the training
 runs' seconds per step and peak RSS per service; ``bench/results/qa.md`` (tables with 95% bootstrap
-intervals, overall and by question type, paired differences between arms) and ``qa.json`` (the raw numbers)
-are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json``
+intervals, overall and by question type, paired differences between arms) and ``qa.json.xz`` (the raw numbers)
+are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json.xz``
 is not run again (``--again``, ``--fresh``). One timed job at a time: two on 2 cores measure neither.
 """
 
@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
 from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 from recipes import get_agent  # noqa: E402
@@ -128,8 +129,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         self.root = Path(args.root).resolve()
-        self.json = RESULTS / f"{args.name}.json"
-        self.doc = json.loads(self.json.read_text()) if self.json.is_file() and not args.fresh else {}
+        self.doc = (results.read(args.name, RESULTS) or {}) if not args.fresh else {}
         self.doc.setdefault("runs", {})
         self.plans: dict[str, dict] = {}  # dataset -> expected_results (read once)
         self.doc["config"] = {
@@ -333,8 +333,7 @@ class Bench:
                     self.save()
 
     def save(self) -> None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        self.json.write_text(json.dumps(self.doc, indent=0))
+        results.write(self.doc, self.a.name, RESULTS)
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
 
 
@@ -398,11 +397,11 @@ def main() -> None:
         default=150,
         help="evaluate the first N held-out questions (default 150: all 312 take 8-10 min a method here; 0: all)",
     )
-    p.add_argument("--fresh", action="store_true", help="forget qa.json's runs and measure them again")
+    p.add_argument("--fresh", action="store_true", help="forget qa.json.xz's runs and measure them again")
     p.add_argument(
         "--again",
         action="store_true",
-        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json's others",
+        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json.xz's others",
     )
     p.add_argument(
         "--set",
@@ -410,13 +409,16 @@ def main() -> None:
         default=[],
         metavar="NAME=VALUE",
         help="a setting for every service of the runs, as an environment variable over the recipes (e.g. "
-        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json's arms apart",
+        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json.xz's arms apart",
     )
-    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json")
+    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json.xz")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
     args = p.parse_args()
     if args.report_only:
-        write_report(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.md")
+        doc = results.read(args.name, RESULTS)
+        if doc is None:
+            p.error(f"no raw results {args.name}.json.xz in {RESULTS}")
+        write_report(doc, RESULTS / f"{args.name}.md")
         return
     for pair in args.set:
         name, sep, value = pair.partition("=")

@@ -3,7 +3,6 @@ and the targets judged from the intervals (a report that could not say "not met"
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -351,7 +350,9 @@ def test_a_thinker_runs_after_the_arm_its_searcher_comes_from(qa, tmp_path, monk
     qa.Bench(args).run()
     # Seed 1 runs the arms in reverse order (the machine's speed drifts over a day), the thinker still last.
     assert order == [("zero-shot",), ("coda-sft", 0), ("thinker-searcher", 0), ("coda-sft", 1), ("thinker-searcher", 1)]
-    assert "2wiki/thinker-searcher/1" in json.loads((tmp_path / "t.json").read_text())["runs"]
+    from bench import _results
+
+    assert "2wiki/thinker-searcher/1" in _results.read("t", tmp_path)["runs"]
 
 
 def test_a_coda_run_records_its_reward_and_the_report_names_it(qa, report, monkeypatch):
@@ -365,3 +366,14 @@ def test_a_coda_run_records_its_reward_and_the_report_names_it(qa, report, monke
     assert (
         "coda: shared / inherit (recorded before the bench noted it) (seeds 0), per_role / per_role (seeds 1)" in line
     )
+
+
+def test_raw_results_are_written_compressed_and_read_back(tmp_path):
+    from bench import _results
+
+    doc = {"runs": {"2wiki/sft/0": {"rows": [{"id": "q1", "f1": 0.5}] * 50}}}
+    (tmp_path / "qa.json").write_text("{}")  # a plain file from before: read only while no .json.xz exists
+    assert _results.read("qa", tmp_path) == {}
+    path = _results.write(doc, "qa", tmp_path)
+    assert path.name == "qa.json.xz" and not (tmp_path / "qa.json").exists()
+    assert _results.read("qa", tmp_path) == doc and _results.read("other", tmp_path) is None
