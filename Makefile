@@ -100,8 +100,8 @@ eval: setup  ## greedy eval of a recipe against running services (RECIPE=name; U
 demo-plots: setup  ## redraw the PNG plots of the newest `make train` run (RUN=folder for another)
 	$(PY) -m services.stack plots $(if $(RUN),--run $(RUN))
 
-bench: setup  ## run every bench/*.py (each writes bench/results/<name>.md; bench/_*.py are their parts)
-	@set -e; for script in $(filter-out bench/_%,$(wildcard bench/*.py)); do echo ">> $$script"; $(PY) $$script; done
+bench: setup  ## run every benchmark, python -m bench.<name> (each writes bench/results/<name>.md; bench/_*.py are their parts)
+	@set -e; for name in $(basename $(notdir $(filter-out bench/_%,$(wildcard bench/*.py)))); do echo ">> python -m bench.$$name"; $(PY) -m bench.$$name; done
 
 lint: setup  ## ruff check, ruff format --check and the docs check (what CI runs before the tests)
 	$(PY) -m ruff check .

@@ -1,11 +1,13 @@
 """The ablation bench's report: ``bench/results/ablation.md`` (tables and the outcome) and ``ablation.png``
-(held-out F1 against training wall time), written from ``ablation.json`` by ``bench/ablation.py``."""
+(held-out F1 against training wall time), written from ``ablation.json`` by ``python -m bench.ablation``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ARMS = {"grpo": "GRPO only", "sft": "SFT only", "fixed": "fixed SFT weight + GRPO", "red": "full RED (SFT + GRPO)"}
+from bench._ablation_arms import SMOL
+
+ARMS = {name: arm.label for name, arm in SMOL.items()}
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -48,7 +50,7 @@ def write_report(doc: dict, md: Path, png: Path) -> None:
     lines = [
         "# RED ablations on the real model (SmolLM2-135M-Instruct, lookup world)",
         "",
-        f"Written by `bench/ablation.py` (raw numbers: `{md.stem}.json`). Demonstrations: {_demonstrations(cfg)}. "
+        f"Written by `python -m bench.ablation` (raw numbers: `{md.stem}.json`). Demonstrations: {_demonstrations(cfg)}. "
         f"One warm start (SFT only, {cfg['warm_steps']} steps of 4 demonstrations) shared by every arm; then "
         f"{cfg['train_s']:.0f} s of training wall time per arm on this 2-core CPU machine, evaluated greedily on "
         f"the lookup world's {cfg['eval_limit']} held-out questions {evals}{_hotpot(cfg)}.",

@@ -307,7 +307,7 @@ def render(runs: list[Run], meta: dict) -> tuple[str, dict]:
         [
             f"{MARKER} vs TRL's GRPOTrainer",
             "",
-            f"Written by `bench/peer_trl.py` on {meta['finished']} UTC; {meta['reps']} interleaved repetitions each "
+            f"Written by `python -m bench.peer_trl` on {meta['finished']} UTC; {meta['reps']} interleaved repetitions each "
             f"(order {meta['order']}) in {meta['minutes']:.1f} min. Host: {os.cpu_count()} CPU cores, no GPU; "
             f"load average {meta['load_start']:.1f} at the start, {meta['load_end']:.1f} at the end, highest seen "
             f"during a run {meta['load_max']:.1f}. {meta['load_note']}",

@@ -1,4 +1,4 @@
-"""The multi-hop QA bench's report: ``bench/results/qa.md`` from ``qa.json`` (written by ``bench/qa.py``).
+"""The multi-hop QA bench's report: ``bench/results/qa.md`` from ``qa.json.xz`` (written by ``python -m bench.qa``).
 
 Per dataset one table (methods as rows; EM and F1 with 95% bootstrap intervals over questions, searches and
 generated tokens per question, training wall time, speed and memory), the same F1 by question type, paired
@@ -487,7 +487,7 @@ def write_report(doc: dict, md: Path) -> None:
     lines = [
         "# Real multi-hop QA: HotpotQA and 2WikiMultihopQA, held-out dev questions",
         "",
-        f"Written by `bench/qa.py` (raw numbers: `{md.stem}.json`); reproduce with `.venv/bin/python bench/qa.py`. "
+        f"Written by `python -m bench.qa` (raw numbers: `{md.stem}.json.xz`); reproduce with `.venv/bin/python -m bench.qa`. "
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
         "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "

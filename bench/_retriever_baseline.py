@@ -1,21 +1,17 @@
-"""The peer retriever ``bench/retriever.py`` compares ours with, built the way Search-R1's ``retrieval_server.py``
+"""The peer retriever ``bench.retriever`` compares ours with, built the way Search-R1's ``retrieval_server.py``
 and FlashRAG's are: a plain FastAPI route that encodes and searches each request in the thread pool (same encoder
 and FAISS index as ours, read from our index folder).
 
-    python bench/_retriever_baseline.py --index runs/index/hotpotqa --port 8100
+    python -m bench._retriever_baseline --index runs/index/hotpotqa --port 8100
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def baseline_serve(index_dir: Path, port: int) -> None:

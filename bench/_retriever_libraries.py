@@ -1,4 +1,4 @@
-"""The retriever bench's older sections (``bench/retriever.py --libraries``): bm25s vs rank-bm25 on the same
+"""The retriever bench's older sections (``python -m bench.retriever --libraries``): bm25s vs rank-bm25 on the same
 tokens, and dense vs sparse vs hybrid in-process, on the bundled HotpotQA corpus and a synthetic one."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from retriever import build, bundled, distinct, lat_row, section, synthetic
+
+from bench._retriever_corpus import build, bundled, distinct, lat_row, section, synthetic
 
 # ---------------------------------------------------------------- 1. bm25s vs rank-bm25
 

@@ -1,7 +1,7 @@
-"""The multi-turn case of ``bench/step_profile.py`` (``--case 2wiki``): one RL step of ``smol-2wiki`` on recorded data.
+"""The multi-turn case of ``python -m bench.step_profile`` (``--case 2wiki``): one RL step of ``smol-2wiki`` on recorded data.
 
 The step input is real: ``bench/data/smol-2wiki-step.json.xz`` holds 28 trajectory groups a smol-2wiki flat GRPO run
-published (bench/qa.py, 2Wiki seed 0, policy versions 10-22) and 40 of its demonstrations. A step takes the
+published (bench.qa, 2Wiki seed 0, policy versions 10-22) and 40 of its demonstrations. A step takes the
 recipe's 2 groups and 4 demonstrations; advantages are GRPO's (the trainer's ``role_advantages``), samples with
 advantage 0 are left out as ``zero_advantage = "skip"`` does. Steps are the first ``steps`` group pairs with a
 nonzero advantage, the same for every arm.
@@ -185,8 +185,14 @@ def child(arm: str, steps: int, model: str) -> dict:
 
 
 def child_main(arm: str, steps: int, model: str) -> None:
-    tree = os.environ["CODA_PROFILE_TREE"]
-    sys.path.insert(0, tree)
+    """The child's entry (``python -m bench.step_profile --case 2wiki --child ARM``, run by ``run`` with the arm's
+    tree as cwd and first on PYTHONPATH): refuses to measure if ``services`` came from another tree."""
+    import services
+
+    tree = Path(os.environ["CODA_PROFILE_TREE"]).resolve()
+    got = Path(services.__file__).resolve().parents[1]
+    if got != tree:
+        raise SystemExit(f"arm {arm!r}: services imported from {got}, not from its tree {tree}")
     os.chdir(tree)
     print(json.dumps(child(arm, steps, model)))
 
@@ -228,8 +234,12 @@ def baseline_tree(root: Path, ref: str) -> Path:
     return tree
 
 
-def run(root: Path, script: str, arms: list[str], reps: int, steps: int, baseline: str, model: Path) -> dict[str, list]:
-    """Every arm ``reps`` times, alternating (reversed on odd rounds); returns each run's child output."""
+def run(root: Path, arms: list[str], reps: int, steps: int, baseline: str, model: Path) -> dict[str, list]:
+    """Every arm ``reps`` times, alternating (reversed on odd rounds); returns each run's child output.
+
+    A child is ``python -m bench.step_profile`` with cwd and PYTHONPATH its arm's tree, then ``root``: the
+    tree's ``services``/``shared``/``recipes`` come first; ``bench`` comes from ``root`` while the tree's
+    ``bench/`` is no regular package (an older commit's plain folder of scripts) and from the tree otherwise."""
     import subprocess
 
     trees = {"head": root, "baseline": baseline_tree(root, baseline)}
@@ -242,10 +252,12 @@ def run(root: Path, script: str, arms: list[str], reps: int, steps: int, baselin
                 "PYTHONWARNINGS": "ignore",
                 "CODA_PROFILE_TREE": str(trees[ARMS[arm][0]]),
                 "MASTER_PORT": str(29700 + 10 * rep + i),
+                "PYTHONPATH": os.pathsep.join([str(trees[ARMS[arm][0]]), str(root)]),
             }
             cmd = [
                 sys.executable,
-                script,
+                "-m",
+                "bench.step_profile",
                 "--case",
                 "2wiki",
                 "--child",
@@ -255,7 +267,7 @@ def run(root: Path, script: str, arms: list[str], reps: int, steps: int, baselin
                 "--model",
                 str(model),
             ]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            proc = subprocess.run(cmd, cwd=trees[ARMS[arm][0]], env=env, capture_output=True, text=True)
             if proc.returncode:
                 raise RuntimeError(f"arm {arm!r} failed:\n{proc.stderr[-3000:]}")
             runs[arm].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -280,7 +292,7 @@ def report(runs: dict[str, list[dict]], reps: int, steps: int, baseline: str, ho
     lines = [
         "## The multi-turn case: one RL step of `smol-2wiki` on recorded groups",
         "",
-        f"Written by `bench/step_profile.py --case 2wiki` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC in "
+        f"Written by `python -m bench.step_profile --case 2wiki` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC in "
         f"{wall / 60:.1f} min; host: {host}; decoder in {first['precision']} autocast, 2 threads. "
         f"{reps} rounds × {steps} steps per arm (each run's first step dropped), arms alternating; `before` is a "
         f"worktree of {baseline}. Step input: 2 recorded groups (samples with advantage 0 left out) + the recipe's "

@@ -1,15 +1,15 @@
 """The RED ablations on the real model, at equal wall time: what RL adds after a warm start on demonstrations.
 
-    .venv/bin/python bench/ablation.py     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
-    .venv/bin/python bench/ablation.py --train-s 120 --seeds 0 --arms sft red   # a quick look
+    .venv/bin/python -m bench.ablation     # 4 arms x 2 seeds, 2 evals each: 71 min on 2 CPU cores (the recorded run)
+    .venv/bin/python -m bench.ablation --train-s 120 --seeds 0 --arms sft red   # a quick look
 
-1. One warm start, shared by every arm: ``configs/smol-ablation-sft.toml`` (SFT only, no rollouts) for
+1. One warm start, shared by every arm: the ``sft`` arm (SFT only, no rollouts) for
    ``--warm-steps`` steps from SmolLM2-135M-Instruct, checkpointed once and evaluated once. Every arm that
    uses demonstrations (the warm start, SFT only, fixed, RED) cycles through the same ones: the recipes'
    ``[stack] sft_limit`` (a budget of 4: what a user who writes them by hand has; 0 = one per training
    question, ``bench/results/ablation-all-demos.md``).
-2. Each arm (``configs/smol-ablation-{grpo,sft,fixed,red}.toml``: smol-cpu with only ``red_mode`` /
-   ``sft_only`` changed) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
+2. Each arm (``bench/_ablation_arms.py``: ``configs/smol-cpu.toml`` with only ``red_mode`` / ``sft_only``
+   overridden, and one budget) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
    not its RNG state, so ``--seeds`` differ) with its own Redis, inference server and retriever, and trains for
    ``--train-s`` seconds of wall time, cut into ``--segments`` pieces: after each the trainer and the rollout
    are stopped (the trainer checkpoints), the adapter it published last is evaluated greedily on the lookup
@@ -30,34 +30,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
 
-from services.stack import prepare as steps  # noqa: E402
-from services.stack.config import StackSettings  # noqa: E402
-from services.stack.prepare import Layout  # noqa: E402
-from services.stack.report import read_eval, read_log  # noqa: E402
-from services.stack.supervisor import Supervisor  # noqa: E402
-from services.stack.train import LocalStack  # noqa: E402
-from services.trainer import checkpoint  # noqa: E402
+from bench._ablation_arms import SMOL as ARMS  # noqa: E402
+from bench._ablation_report import write_report  # noqa: E402
+from services.stack import (  # noqa: E402
+    Layout,
+    LocalStack,
+    StackSettings,
+    Supervisor,
+    checkpoint_step,
+    eval_args,
+    read_eval,
+    read_log,
+    start_from_checkpoint,
+)
 from shared.redis_server import free_port  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from _ablation_report import ARMS, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # the arms stop on wall time, not on a step count
 
 
 def recipe(arm: str) -> str:
-    return str(ROOT / "configs" / f"smol-ablation-{arm}.toml")
+    """The user recipe the arm overrides (every arm: the same one)."""
+    return str(ROOT / ARMS[arm].recipe)
 
 
 def say(message: str) -> None:
@@ -104,18 +104,10 @@ class Bench:
         out = stack.layout.evals / label
         started = time.time()
         if not hotpot:
-            stack.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
+            stack.job(sup, f"eval-{label}", eval_args(self.settings, out))
         else:
             port = free_port()
-            retriever = sup.start(
-                stack.service(
-                    "retriever-hotpot",
-                    ["services.retriever", "serve"],
-                    port,
-                    CODA_RETRIEVER_INDEX_DIR=str(self.hotpot_index),
-                    CODA_RETRIEVER_PORT=str(port),
-                )
-            )
+            retriever = sup.start(stack.retriever_service(self.hotpot_index, port, name="retriever-hotpot"))
             args = [
                 "services.rollout",
                 "eval",
@@ -146,12 +138,12 @@ class Bench:
     ) -> float:
         """Trainer (+ rollout for the RL arms) until ``seconds`` have passed or ``max_steps`` are done;
         returns the seconds they ran (from the trainer's start to its exit, its checkpoint included)."""
-        env = self.trainer_env(seed, max_steps)
+        env = {**ARMS[arm].env, **self.trainer_env(seed, max_steps)}  # the arm's overrides, then the run's
         started = time.time()
         trainer = sup.start(stack.trainer_service(**env))
         rollout = None
         if arm != "sft":
-            rollout = sup.start(stack.service("rollout", ["services.rollout", "serve"], stack.ports.rollout, **env))
+            rollout = sup.start(stack.rollout_service(**env))
         while trainer.proc.poll() is None and time.time() - started < seconds:
             for other in sup.services:
                 if other is not trainer and other.proc.poll() is not None:
@@ -209,18 +201,7 @@ class Bench:
     def arm(self, arm: str, seed: int, warm: Path) -> dict:
         run = self.root / f"seed{seed}-{arm}"
         shutil.rmtree(run, ignore_errors=True)
-        start = checkpoint.latest(warm)
-        copy = run / "checkpoints" / start.name
-        shutil.copytree(start, copy)
-        for rng in copy.glob("rng-*.pt"):
-            rng.unlink()  # the arm's seed, not the warm start's RNG state
-        state = json.loads((copy / "state.json").read_text())
-        warm_step = state["step"]
-        state["covered"] = []  # stream ids of the warm start's own Redis
-        for key, empty in (("trained_groups", []), ("recent_groups", []), ("groups_trained", 0)):
-            if key in state:
-                state[key] = empty
-        (copy / "state.json").write_text(json.dumps(state))
+        warm_step = start_from_checkpoint(warm, run / "checkpoints")  # the arm's seed, not the warm start's RNG
         stack = self.stack(arm, run)
         rec: dict = {"arm": arm, "seed": seed, "started": time.strftime("%H:%M:%S"), "points": []}
         total = 0.0
@@ -228,7 +209,7 @@ class Bench:
             stack.start_servers(sup)
             for k in range(self.a.segments):
                 total += self.train_for(stack, sup, arm, seed, self.a.train_s / self.a.segments)
-                step = json.loads((checkpoint.latest(run / "checkpoints") / "state.json").read_text())["step"]
+                step = checkpoint_step(run / "checkpoints")
                 point = {
                     "train_s": round(total, 1),
                     "steps": step - warm_step,

@@ -24,8 +24,8 @@ server the same time.
    alternating A B B A …, in a rollout-CPU-bound mode (a zero-latency server, many episodes in flight) and a
    latency-bound one (one episode in flight).
 
-    .venv/bin/python bench/fleet.py                                       # bench/results/fleet.md (~6 min)
-    .venv/bin/python bench/fleet.py --quick --out /tmp/fleet-quick.md     # smoke: N in {1, 2}, < 1 min
+    .venv/bin/python -m bench.fleet                                       # bench/results/fleet.md (~6 min)
+    .venv/bin/python -m bench.fleet --quick --out /tmp/fleet-quick.md     # smoke: N in {1, 2}, < 1 min
 """
 
 from __future__ import annotations
@@ -44,12 +44,8 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import _fleet_report as report  # noqa: E402
-from _fleet_parts import TOK, Meters, all_serve, measure, rollout, settings_for, spawn_fakes, trainer_publish  # noqa: E402
-
+from bench import _fleet_report as report  # noqa: E402
+from bench._fleet_parts import TOK, Meters, all_serve, measure, rollout, settings_for, spawn_fakes, trainer_publish  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
 from services.rollout.fleet_watch import SYNC_RETRY_S, FleetWatch  # noqa: E402
 from services.rollout.runtime import agent_context  # noqa: E402
@@ -299,7 +295,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse()
-    command = " ".join([".venv/bin/python", "bench/fleet.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python", "-m", "bench.fleet", *sys.argv[1:]])
     count = max([*args.servers, *args.publish_servers])
     with RedisServer() as redis:
         fakes: dict[str, list] = {}

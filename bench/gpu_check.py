@@ -1,8 +1,8 @@
 """The CUDA path end to end: `make train`'s real-model recipe with the trainer (DeepSpeed, bf16, LoRA) and our
 inference server on one GPU, a few RL steps, a publish after each and the sync check after each publish.
 
-    python bench/gpu_check.py                       # on a host with a CUDA GPU
-    python bench/gpu_check.py --random-weights-from DIR
+    python -m bench.gpu_check                       # on a host with a CUDA GPU
+    python -m bench.gpu_check --random-weights-from DIR
 
 → bench/results/gpu.md (+ gpu.json, the logs under --work). ``--random-weights-from`` builds the recipe's model
 folder from DIR's config and tokenizer with random weights: for a GPU machine that can reach neither the hub
@@ -25,9 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _peer_trl_parts import ROOT, clean_env, launch
+from bench._peer_trl_parts import ROOT, clean_env, launch
 
 log = logging.getLogger("gpu_check")
 RECIPE = ROOT / "configs" / "smol-cpu.toml"
@@ -152,7 +150,7 @@ def render(meta: dict, result: dict) -> str:
     lines = [
         "# The CUDA path: trainer and our inference server on one GPU",
         "",
-        f"`python bench/gpu_check.py {meta['args']}` on {meta.get('gpu', 'no GPU')} (torch {meta['torch']}, "
+        f"`python -m bench.gpu_check {meta['args']}` on {meta.get('gpu', 'no GPU')} (torch {meta['torch']}, "
         f"CUDA {meta['cuda']}), {meta['date']}. Recipe `configs/smol-cpu.toml` (SmolLM2-135M shapes, LoRA r16 on "
         f"the 7 projections, Search-R1 protocol, lookup world) with {meta['overrides']}.",
         "",

@@ -9,9 +9,9 @@ tied embedding) or trained, the entropy in the loss (``entropy_coef != 0``) or o
 within each round (their order flips every round) so the machine's drift hits both alike; the first round is a
 warm-up and is dropped. It also reports the largest gradient difference between the two, as a check.
 
-    .venv/bin/python bench/head_grad.py                  # 5 timed rounds
-    .venv/bin/python bench/head_grad.py --device cuda    # also the peak CUDA memory of each
-    .venv/bin/python bench/head_grad.py --tiny           # a tiny shape, printed only: does it run
+    .venv/bin/python -m bench.head_grad                  # 5 timed rounds
+    .venv/bin/python -m bench.head_grad --device cuda    # also the peak CUDA memory of each
+    .venv/bin/python -m bench.head_grad --tiny           # a tiny shape, printed only: does it run
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "results" / "head_grad.md"
 CASES = {  # name: (head trained, entropy in the loss)
     "LoRA (head frozen), entropy logged": (False, False),
@@ -120,7 +119,7 @@ def report(results: dict[str, dict], args: argparse.Namespace, wall: float) -> s
     lines = [
         "# Output head forward + backward: checkpointed chunk (old) vs HeadLogprobs (new)",
         "",
-        f"Written by `bench/head_grad.py` on {dt.date.today().isoformat()}: {platform.machine()}, "
+        f"Written by `python -m bench.head_grad` on {dt.date.today().isoformat()}: {platform.machine()}, "
         f"{platform.processor() or 'cpu'}, torch {torch.__version__}, device `{args.device}`, "
         f"{torch.get_num_threads()} threads, {wall:.0f} s in all.",
         f"Shapes: {args.tokens} tokens × hidden {args.hidden} → vocabulary {args.vocab}, chunks of {args.chunk}, "

@@ -1,6 +1,6 @@
 """Inference-server benchmark: batching speed-up and weight-update latency, measured side by side in one run.
 
-    .venv/bin/python bench/inference.py [--sizes tiny small] [--requests 64] [--max-tokens 64]
+    .venv/bin/python -m bench.inference [--sizes tiny small] [--requests 64] [--max-tokens 64]
 
 For each model size: build it with the factory, start ``python -m services.inference serve`` as a child
 process, send the same N requests one at a time and then all at once (throughput in generated tokens/s),
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from shared.inference_client import InferenceClient  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
@@ -181,7 +180,7 @@ def write_report(rows: list[dict], args: argparse.Namespace, path: Path, load: t
     lines = [
         "# Inference server benchmark",
         "",
-        f"Written by `bench/inference.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"Written by `python -m bench.inference` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (shared with other work), "
         f"CPU only. {args.requests} requests, prompts of 24–63 random token ids, {args.max_tokens} generated "
         "tokens each (ignore_eos), temperature 1, one seed per request. Load average (other work on the "

@@ -7,8 +7,8 @@ with the setting on and off, alternating within each round (the order swaps each
 samples/s and s/step (steps 2..N), time to the first step, peak RSS of the process tree, and the server's merge
 and unmerge counts from its metrics log line. Ratios are on ÷ off within a round.
 
-    .venv/bin/python bench/merge_adapter.py              # 2 rounds × 8 steps, writes bench/results/merge_adapter.md
-    .venv/bin/python bench/merge_adapter.py --reps 1 --steps 6 --no-write
+    .venv/bin/python -m bench.merge_adapter              # 2 rounds × 8 steps, writes bench/results/merge_adapter.md
+    .venv/bin/python -m bench.merge_adapter --reps 1 --steps 6 --no-write
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import argparse
 import datetime as dt
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _peer_trl_parts import WINDOW, Run, run_stack, score, trainer_records
-from peer_trl_smol import MODEL, TARGET, ours_recipe
+from bench._peer_trl_parts import WINDOW, Run, run_stack, score, trainer_records
+from bench.peer_trl_smol import MODEL, TARGET, ours_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "runs" / "merge-adapter"
@@ -59,7 +57,7 @@ def render(runs: list[Run], meta: dict) -> str:
     lines = [
         "# Merged single-adapter serving: `[inference] merge_adapter` on vs off",
         "",
-        f"Written by `bench/merge_adapter.py` on {meta['finished']} UTC in {meta['minutes']:.1f} min; host: "
+        f"Written by `python -m bench.merge_adapter` on {meta['finished']} UTC in {meta['minutes']:.1f} min; host: "
         f"{meta['cpu']}, 2 cores. {meta['reps']} rounds (order {meta['order']}), {meta['steps']} steps a run, "
         "ours on-policy; the case and the reward are `bench/peer_trl_smol.py`'s. Ratios: merged ÷ per-row within "
         "a round.",

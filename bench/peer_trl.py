@@ -21,9 +21,9 @@ steady-state trained samples/s and s/step (steps 2..N: the first step carries on
 command's start to the first step whose trailing 5-step mean reward is ≥ 0.5, time to the first step, peak RSS
 of the whole process tree (sampled every 0.5 s) and total wall time.
 
-    .venv/bin/python bench/peer_trl.py                # 3 repetitions each, writes peers.md
-    .venv/bin/python bench/peer_trl.py --quick        # 1 repetition, 20 steps, prints only
-    .venv/bin/python bench/peer_trl.py --rescore runs/peers/STAMP   # re-render a finished bench, no runs
+    .venv/bin/python -m bench.peer_trl                # 3 repetitions each, writes peers.md
+    .venv/bin/python -m bench.peer_trl --quick        # 1 repetition, 20 steps, prints only
+    .venv/bin/python -m bench.peer_trl --rescore runs/peers/STAMP   # re-render a finished bench, no runs
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_peer_trl_parts.py
-from _peer_trl_parts import (
+from bench._peer_trl_parts import (
     MARKER,
     TASK,
     WINDOW,

@@ -19,8 +19,8 @@ as running them, ``tests/unit/trainer/test_step.py``); TRL runs every sample. Pe
 each optimizer step took, 32) and s/step over steps 2..N, time from the command's start to the first step and
 to the reward target, peak RSS of the process tree and of each service.
 
-    .venv/bin/python bench/peer_trl_smol.py              # 2 rounds × 12 steps, writes peers.md
-    .venv/bin/python bench/peer_trl_smol.py --reps 1 --steps 8 --no-write
+    .venv/bin/python -m bench.peer_trl_smol              # 2 rounds × 12 steps, writes peers.md
+    .venv/bin/python -m bench.peer_trl_smol --reps 1 --steps 8 --no-write
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _peer_trl_parts import (
+from bench._peer_trl_parts import (
     SERVICES,
     WINDOW,
     Run,
@@ -53,7 +51,7 @@ from _peer_trl_parts import (
     trainer_records,
     write_peers,
 )
-from peer_trl import trl_venv
+from bench.peer_trl import trl_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "single-turn.toml"
@@ -236,7 +234,7 @@ def render(runs: list[Run], meta: dict) -> str:
     lines = [
         f"{MARKER}: SmolLM2-135M-Instruct + LoRA vs TRL's GRPOTrainer",
         "",
-        f"Written by `bench/peer_trl_smol.py` on {meta['finished']} UTC; {meta['reps']} rounds (order "
+        f"Written by `python -m bench.peer_trl_smol` on {meta['finished']} UTC; {meta['reps']} rounds (order "
         f"{meta['order']}) in {meta['minutes']:.1f} min, {meta['steps']} steps per run. Host: {os.cpu_count()} CPU "
         f"cores ({meta['cpu']}), no GPU, no native bf16 (both sides fp32); highest load average during a run "
         f"{meta['load_max']:.1f}. Task and settings: the module docstring. Versions: {meta['versions']}.",

@@ -1,7 +1,7 @@
 """Real multi-hop QA (HotpotQA and 2WikiMultihopQA dev): every method on the same held-out questions.
 
-    .venv/bin/python bench/qa.py                                   # the recorded run (bench/results/qa.md)
-    .venv/bin/python bench/qa.py --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
+    .venv/bin/python -m bench.qa                                   # the recorded run (bench/results/qa.md)
+    .venv/bin/python -m bench.qa --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
 
 Methods (``_qa_report.ARMS``: recipe, training, environment; all evaluated greedily on the dataset's fixed
 held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, or all of them):
@@ -30,8 +30,8 @@ once per ``--seeds`` seed.
 For each run the bench keeps every question's EM, F1, searches, generated tokens and type (CoDA arms: also how
 the planner split it, scored against the question's hop plan: ``_qa_report.delegations``), and the training
 runs' seconds per step and peak RSS per service; ``bench/results/qa.md`` (tables with 95% bootstrap
-intervals, overall and by question type, paired differences between arms) and ``qa.json`` (the raw numbers)
-are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json``
+intervals, overall and by question type, paired differences between arms) and ``qa.json.xz`` (the raw numbers)
+are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json.xz``
 is not run again (``--again``, ``--fresh``). One timed job at a time: two on 2 cores measure neither.
 """
 
@@ -45,32 +45,23 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
 
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from bench import _results as results  # noqa: E402
+from bench._peer_trl_parts import tree_rss  # noqa: E402
+from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 from recipes import get_agent  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
-from services.stack.config import StackSettings  # noqa: E402
-from services.stack.prepare import Layout  # noqa: E402
-from services.stack.processes import threads_for  # noqa: E402
-from services.stack.report import read_eval, read_log  # noqa: E402
-from services.stack.supervisor import Supervisor  # noqa: E402
-from services.stack.train import LocalStack  # noqa: E402
+from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, read_log, threads_for  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
 from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from _peer_trl_parts import tree_rss  # noqa: E402
-from _qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
@@ -138,8 +129,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         self.root = Path(args.root).resolve()
-        self.json = RESULTS / f"{args.name}.json"
-        self.doc = json.loads(self.json.read_text()) if self.json.is_file() and not args.fresh else {}
+        self.doc = (results.read(args.name, RESULTS) or {}) if not args.fresh else {}
         self.doc.setdefault("runs", {})
         self.plans: dict[str, dict] = {}  # dataset -> expected_results (read once)
         self.doc["config"] = {
@@ -169,9 +159,8 @@ class Bench:
             stack.start_servers(sup)
             return
         stack.start_servers(sup, searcher=False)
-        load_adapter(stack, SEARCHER_ADAPTER, searcher)
-        env = {"CODA_SEARCHER_MODEL_NAME": SEARCHER_ADAPTER}
-        sup.start(stack.service("searcher", ["services.searcher", "serve"], stack.ports.searcher, **env))
+        stack.load_adapter(SEARCHER_ADAPTER, searcher)
+        sup.start(stack.searcher_service(CODA_SEARCHER_MODEL_NAME=SEARCHER_ADAPTER))
         say(f"searcher healthy: {searcher.name} served as {SEARCHER_ADAPTER!r}")
 
     def searcher_for(self, run: Path, dataset: str, method: str, seed: int) -> tuple[Path | None, str | None]:
@@ -195,16 +184,11 @@ class Bench:
         (during training it has one, beside the trainer), and the last published adapter loaded into it (and
         the searcher's, ``searcher``). Each CoDA row is scored against its question's hop plan (``delegations``;
         the held-out annotations are read here, to measure, and nowhere in training)."""
-        serving = next(s for s in sup.services if s.name == "inference")
-        sup.stop(serving)
-        fresh = stack.inference_service()
-        cores = str(os.cpu_count() or 1)
-        fresh.env.update(OMP_NUM_THREADS=cores, CODA_INFERENCE_THREADS=cores)  # the server's own default is 1
-        sup.start(fresh)
+        stack.restart_inference(sup, threads=os.cpu_count() or 1)  # the server's own default is 1
         if policy == "live":
-            reload_last_adapter(stack)
+            stack.load_last_adapter()
         if searcher is not None:
-            load_adapter(stack, SEARCHER_ADAPTER, searcher)
+            stack.load_adapter(SEARCHER_ADAPTER, searcher)
         if dataset not in self.plans:
             self.plans[dataset] = expected_results(dataset)
         plans = self.plans[dataset]
@@ -243,11 +227,7 @@ class Bench:
             env.setdefault("OMP_NUM_THREADS", str(threads_for("trainer", alone=True)))
         started = time.time()
         trainer = sup.start(stack.trainer_service(**env))
-        rollout = (
-            sup.start(stack.service("rollout", ["services.rollout", "serve"], stack.ports.rollout, **env))
-            if rl
-            else None
-        )
+        rollout = sup.start(stack.rollout_service(**env)) if rl else None
         while trainer.proc.poll() is None and time.time() - started < seconds:
             for other in sup.services:
                 if other is not trainer and other.proc.poll() is not None:
@@ -353,35 +333,8 @@ class Bench:
                     self.save()
 
     def save(self) -> None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        self.json.write_text(json.dumps(self.doc, indent=0))
+        results.write(self.doc, self.a.name, RESULTS)
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
-
-
-def load_adapter(stack: LocalStack, name: str, path: Path) -> None:
-    """Load the LoRA adapter at ``path`` (under the run's folder) into the inference server as ``name``."""
-    from shared.inference_client import SyncInferenceClient
-
-    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(name, str(path.resolve()))
-
-
-def reload_last_adapter(stack: LocalStack) -> None:
-    """Load the adapter the trainer published last into the (restarted) inference server, under its name."""
-    import redis
-
-    from shared.inference_client import SyncInferenceClient
-    from shared.protocol import WeightUpdate
-    from shared.stream import decode
-
-    client = redis.Redis(port=stack.ports.redis)
-    last = client.xrevrange("weights", count=1)
-    client.close()
-    if not last:
-        raise RuntimeError("the trainer published no weights")
-    update = decode(WeightUpdate, last[0][1])
-    if update.kind != "lora":
-        raise RuntimeError(f"bench/qa.py evaluates LoRA runs; the last publish was {update.kind}")
-    SyncInferenceClient(stack.url(stack.ports.inference)).load_lora(update.model_name, update.path)
 
 
 def commit() -> str:
@@ -444,11 +397,11 @@ def main() -> None:
         default=150,
         help="evaluate the first N held-out questions (default 150: all 312 take 8-10 min a method here; 0: all)",
     )
-    p.add_argument("--fresh", action="store_true", help="forget qa.json's runs and measure them again")
+    p.add_argument("--fresh", action="store_true", help="forget qa.json.xz's runs and measure them again")
     p.add_argument(
         "--again",
         action="store_true",
-        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json's others",
+        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json.xz's others",
     )
     p.add_argument(
         "--set",
@@ -456,13 +409,16 @@ def main() -> None:
         default=[],
         metavar="NAME=VALUE",
         help="a setting for every service of the runs, as an environment variable over the recipes (e.g. "
-        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json's arms apart",
+        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json.xz's arms apart",
     )
-    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json")
+    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json.xz")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
     args = p.parse_args()
     if args.report_only:
-        write_report(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.md")
+        doc = results.read(args.name, RESULTS)
+        if doc is None:
+            p.error(f"no raw results {args.name}.json.xz in {RESULTS}")
+        write_report(doc, RESULTS / f"{args.name}.md")
         return
     for pair in args.set:
         name, sep, value = pair.partition("=")

@@ -14,17 +14,15 @@ times; tables give min / median / max over the repetitions. A request not answer
 ``--libraries`` adds the older sections: bm25s vs rank-bm25 and dense vs sparse vs hybrid in-process, at the
 bundled corpus and at a synthetic one (``--docs`` passages).
 
-    python bench/retriever.py                       # the fair comparison (default)
-    python bench/retriever.py --libraries --docs 20000
+    python -m bench.retriever                       # the fair comparison (default)
+    python -m bench.retriever --libraries --docs 20000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,71 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DATA = ROOT / "data" / "hotpotqa"
-BASELINE = Path(__file__).resolve().parent / "_retriever_baseline.py"  # the thread-per-request peer server
+from bench._retriever_corpus import ROOT, build, bundled, distinct, pct
+from bench._retriever_libraries import libraries
 
-
-def pct(values, q) -> float:
-    return float(np.percentile(np.asarray(values) * 1000, q))
-
-
-def lat_row(name: str, latencies: list[float], throughput: float, extra: str = "") -> str:
-    return f"| {name} | {pct(latencies, 50):.2f} | {pct(latencies, 99):.2f} | {throughput:,.0f} | {extra} |"
-
-
-# ---------------------------------------------------------------- corpora
-
-
-def bundled() -> tuple[Path, Path, list[str]]:
-    questions = [json.loads(line)["question"] for line in (DATA / "qa_supported.jsonl").read_text().splitlines()]
-    return DATA / "corpus.jsonl", DATA / "corpus_emb_all-MiniLM-L6-v2_fp16.npy", questions
-
-
-def synthetic(n_docs: int, out: Path, seed: int = 0) -> tuple[Path, Path, list[str]]:
-    """Passages of 40–120 words drawn from the bundled corpus's unigram distribution; random unit vectors."""
-    rng = np.random.default_rng(seed)
-    words: dict[str, int] = {}
-    for line in (DATA / "corpus.jsonl").read_text().splitlines():
-        for w in re.findall(r"\w+", json.loads(line)["contents"]):
-            words[w] = words.get(w, 0) + 1
-    vocab = np.array(list(words))
-    p = np.array(list(words.values()), np.float64)
-    p /= p.sum()
-    lengths = rng.integers(40, 121, n_docs)
-    tokens = rng.choice(len(vocab), size=int(lengths.sum()), p=p)
-    corpus = out / "synthetic.jsonl"
-    with open(corpus, "w") as f:
-        start = 0
-        for i, n in enumerate(lengths):
-            text = " ".join(vocab[tokens[start : start + n]])
-            start += n
-            f.write(json.dumps({"id": str(i), "contents": f'"Synthetic {i}"\n{text}'}) + "\n")
-    emb = rng.standard_normal((n_docs, 384)).astype(np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    np.save(out / "synthetic_emb.npy", emb.astype(np.float16))
-    # Queries: 4–10 words, weighted towards rarer words so they discriminate like real questions do.
-    q_p = np.sqrt(p) / np.sqrt(p).sum()
-    queries = [" ".join(vocab[rng.choice(len(vocab), size=rng.integers(4, 11), p=q_p)]) for _ in range(4096)]
-    return corpus, out / "synthetic_emb.npy", queries
-
-
-def distinct(queries: list[str], n: int) -> list[str]:
-    """n distinct queries: the originals, then numbered variants (so deduplication never helps a batch)."""
-    out = list(dict.fromkeys(queries))
-    base = list(out)
-    while len(out) < n:
-        out += [f"{q} {len(out) + i}" for i, q in enumerate(base[: n - len(out)])]
-    return out[:n]
-
-
-def build(corpus: Path, emb: Path, out: Path) -> float:
-    from services.retriever.build import BuildOptions, build_index
-
-    start = time.perf_counter()
-    build_index(BuildOptions(corpus=corpus, out=out, embeddings=emb))
-    return time.perf_counter() - start
+BASELINE = "bench._retriever_baseline"  # the thread-per-request peer server, run as a module
 
 
 def _wait_ready(url: str, server: subprocess.Popen) -> None:
@@ -215,7 +152,7 @@ def compare(
     if cpu_threads:
         ours_cmd += ["--cpu-threads", str(cpu_threads)]
     ours_env = {"CODA_RETRIEVER_ENCODER_DTYPE": encoder_dtype}
-    base_cmd = [sys.executable, str(BASELINE), "--index", str(index_dir), "--port", str(ports["baseline"])]
+    base_cmd = [sys.executable, "-m", BASELINE, "--index", str(index_dir), "--port", str(ports["baseline"])]
     servers = {"ours": _start(ours_cmd, urls["ours"], ours_env), "baseline": _start(base_cmd, urls["baseline"])}
     runs: dict = {}
     try:
@@ -284,13 +221,7 @@ def write_peers(path: Path, section: str) -> None:
 # ---------------------------------------------------------------- main
 
 
-def section(title: str, header: str, rows: list[str]) -> str:
-    return "\n".join([f"#### {title}", "", header, "|---|---|---|---|---|", *rows, ""])
-
-
 def main() -> None:
-    from _retriever_libraries import libraries  # its sections import this module's helpers
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3, help="repetitions of the interleaved comparison")
     parser.add_argument(
@@ -324,7 +255,7 @@ def main() -> None:
     runs = compare(index_dir, pool, args.reps, args.request_timeout, args.cpu_threads, args.encoder_dtype)
     minutes = (time.perf_counter() - started) / 60
     what = (
-        f"Written by `bench/retriever.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
+        f"Written by `python -m bench.retriever` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; host: "
         f"{os.cpu_count()} CPU cores (load average {load:.1f} at start, "
         f"{os.getloadavg()[0]:.1f} at the end, the bench's own servers and clients included), {args.reps} interleaved repetitions in {minutes:.1f} min. "
         "Corpus: the bundled 6,785 HotpotQA passages; encoder all-MiniLM-L6-v2 on CPU; FAISS Flat; topk 3; "

@@ -11,8 +11,8 @@ kept in flight, the ideal rate is ``C / critical_path`` where ``critical_path = 
 a timed window ÷ the window. Orchestration overhead per episode is reported two ways: latency (unloaded
 episode time − critical path) and CPU time this process spends per episode.
 
-    .venv/bin/python bench/rollout.py                      # writes bench/results/rollout.md
-    .venv/bin/python bench/rollout.py --concurrency 1 64 256 --seconds 8
+    .venv/bin/python -m bench.rollout                      # writes bench/results/rollout.md
+    .venv/bin/python -m bench.rollout --concurrency 1 64 256 --seconds 8
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from recipes import run_episode  # noqa: E402
 from recipes.core.aio_llm import AiohttpCompletions  # noqa: E402

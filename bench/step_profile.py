@@ -13,8 +13,8 @@ carries one-off costs); configurations alternate over ``--reps`` rounds so the m
 It also measures what bf16 autocast costs and changes here: the time of one no-grad scoring pass and the
 logprob mismatch against fp32 on sampled text (mean/max |Δ log p|, k3 KL).
 
-    .venv/bin/python bench/step_profile.py                 # 2 rounds, 4 steps each
-    .venv/bin/python bench/step_profile.py --reps 1 --steps 3
+    .venv/bin/python -m bench.step_profile                 # 2 rounds, 4 steps each
+    .venv/bin/python -m bench.step_profile --reps 1 --steps 3
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench import _step_profile_2wiki as multi
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import _step_profile_2wiki as multi  # noqa: E402  (bench/ is on sys.path when this file runs)
 
 MODEL = ROOT / "runs" / "models" / "smollm2-135m-instruct"
 OUT = ROOT / "bench" / "results" / "step_profile.md"
@@ -175,7 +175,8 @@ def main() -> None:
         for name in args.configs if rep % 2 == 0 else reversed(args.configs):
             out = (
                 subprocess.run(
-                    [sys.executable, __file__, "--child", name, "--steps", str(args.steps)],
+                    [sys.executable, "-m", "bench.step_profile", "--child", name, "--steps", str(args.steps)],
+                    cwd=ROOT,
                     env=env,
                     capture_output=True,
                     text=True,
@@ -214,7 +215,7 @@ def run_multi_turn(args: argparse.Namespace) -> None:
     if not MODEL.exists():
         raise SystemExit(f"{MODEL} is missing: `make train RECIPE=smol-2wiki` makes it")
     started = time.time()
-    runs = multi.run(ROOT, __file__, args.arms, args.reps, args.steps, args.baseline, Path(args.model))
+    runs = multi.run(ROOT, args.arms, args.reps, args.steps, args.baseline, Path(args.model))
     lines = multi.report(runs, args.reps, args.steps, args.baseline, host(), time.time() - started)
     print("\n".join(lines))
     if args.no_write:
@@ -242,7 +243,7 @@ def write(runs: dict[str, list[dict]], bf16: dict, args: argparse.Namespace, wal
     lines = [
         "# One RL trainer step of SmolLM2-135M-Instruct + LoRA, piece by piece",
         "",
-        f"Written by `bench/step_profile.py` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC in {wall / 60:.1f} min; "
+        f"Written by `python -m bench.step_profile` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC in {wall / 60:.1f} min; "
         f"host: {os.cpu_count()} CPU cores ({cpu}; native bf16: {'yes' if native_bf16() else 'no'}). "
         f"{args.reps} rounds, {args.steps} steps per run (first dropped), configurations alternating. "
         "Case: LoRA r16 on all 7 projections, 8 prompts × 4 samples, prompts 35–55 tokens, 32 new tokens, fp32.",

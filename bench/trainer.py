@@ -7,8 +7,8 @@
    atomically + ``/collective_rpc`` reload) and a LoRA adapter (saved + ``/v1/load_lora_adapter``).
 3. ``torchrun --nproc_per_node 2`` on CPU (gloo): ZeRO-2 and ZeRO-3 runs of the trainer CLI from Redis.
 
-    .venv/bin/python bench/trainer.py                  # writes bench/results/trainer.md
-    .venv/bin/python bench/trainer.py --size small --repeats 3 --skip-multiproc
+    .venv/bin/python -m bench.trainer                  # writes bench/results/trainer.md
+    .venv/bin/python -m bench.trainer --size small --repeats 3 --skip-multiproc
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "trainer.md"
 RAW = REPO / "bench" / "results" / "trainer.json"  # sections skipped in a run are kept from the last one
 
@@ -196,7 +195,7 @@ def write(results: dict, args) -> str:
     lines = [
         "# Trainer benchmark",
         "",
-        "Written by `bench/trainer.py`; model "
+        "Written by `python -m bench.trainer`; model "
         f"`make-tiny --size {args.size}` ({results['params']:,} parameters), CPU, fp32, torch threads "
         f"{results.get('threads', 'default')}. Numbers are what the script measured on a shared 2-core "
         "machine (other jobs were running), best of the repeats; each section says when it ran (`--skip-…` "

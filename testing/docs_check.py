@@ -2,7 +2,7 @@
 
     python -m testing.docs_check            # exit 1 and one line per problem
 
-It checks, in ``README.md``, ``tests/README.md`` and ``docs/*.md``:
+It checks, in ``README.md``, ``tests/README.md``, ``bench/README.md`` and ``docs/*.md``:
 - every relative link resolves: the file (or folder) exists, and a ``#anchor`` names a heading of the target;
 - the generated pages are what their generators print now (``docs/configuration.md``, ``docs/metrics.md``);
 - every example command parses: ``make <target>`` names a target of the Makefile, and every ``--flag`` of a
@@ -47,7 +47,12 @@ class Problem:
 
 
 def doc_files(root: Path = REPO) -> list[Path]:
-    files = [root / "README.md", root / "tests" / "README.md", *sorted((root / "docs").glob("*.md"))]
+    files = [
+        root / "README.md",
+        root / "tests" / "README.md",
+        root / "bench" / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+    ]
     return [f for f in files if f.is_file()]
 
 

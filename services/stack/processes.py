@@ -157,9 +157,7 @@ class StackProcesses:
         # Retriever and inference load their models at the same time (each waits on its own files and imports).
         starting = []
         if self.retrieves or searcher:
-            starting.append(
-                sup.start(self.service("retriever", ["services.retriever", "serve"], p.retriever), wait=False)
-            )
+            starting.append(sup.start(self.retriever_service(), wait=False))
         searches = searcher or (searcher is None and "searcher" in self.needs)
         if inference:
             starting.append(sup.start(self.inference_service(), wait=False))
@@ -168,7 +166,7 @@ class StackProcesses:
         if wait or not inference or len(starting) > 1 or searches:
             self.servers_ready(sup)
         if inference and searches:
-            sup.start(self.service("searcher", ["services.searcher", "serve"], p.searcher))
+            sup.start(self.searcher_service())
             self.say("searcher healthy")
 
     def servers_ready(self, sup: Supervisor) -> None:
@@ -207,6 +205,65 @@ class StackProcesses:
         )
         service.stop_grace_s = self.settings.trainer_stop_grace_s
         return service
+
+    def rollout_service(self, *, recipe: str | None = None, tag: str = "", **env: str) -> Service:
+        """The rollout service (``python -m services.rollout serve``) of this run, ``env`` over the run's."""
+        return self.service("rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env)
+
+    def searcher_service(self, **env: str) -> Service:
+        """The searcher service of this run (e.g. ``CODA_SEARCHER_MODEL_NAME`` to serve an adapter)."""
+        return self.service("searcher", ["services.searcher", "serve"], self.ports.searcher, **env)
+
+    def retriever_service(self, index: Path | None = None, port: int | None = None, name: str = "retriever") -> Service:
+        """A retriever: the run's own (default), or another index on another port (a second corpus to
+        evaluate on beside the run's); its URL is ``url(port)``."""
+        if index is None and port is None:
+            return self.service(name, ["services.retriever", "serve"], self.ports.retriever)
+        port = port or self.ports.retriever
+        env = {"CODA_RETRIEVER_PORT": str(port)}
+        if index is not None:
+            env["CODA_RETRIEVER_INDEX_DIR"] = str(index)
+        return self.service(name, ["services.retriever", "serve"], port, **env)
+
+    def restart_inference(self, sup: Supervisor, threads: int | None = None) -> Service:
+        """Stop the running inference server and start a fresh one (the base weights, no adapters loaded);
+        ``threads``: its torch threads (e.g. every core for an eval alone on the machine)."""
+        running = next((s for s in sup.services if s.name == "inference"), None)
+        if running is not None:
+            sup.stop(running)
+        fresh = self.inference_service()
+        if threads:
+            fresh.env.update(OMP_NUM_THREADS=str(threads), CODA_INFERENCE_THREADS=str(threads))
+        return sup.start(fresh)
+
+    def load_adapter(self, name: str, path: Path) -> None:
+        """Load the LoRA adapter at ``path`` (under the run's folder: the server reads adapters from there)
+        into the inference server, served as ``name``."""
+        from shared.inference_client import SyncInferenceClient
+
+        SyncInferenceClient(self.url(self.ports.inference)).load_lora(name, str(Path(path).resolve()))
+
+    def load_last_adapter(self) -> str:
+        """Load the LoRA adapter the trainer published last (the ``weights`` stream) into the inference server
+        under its own name, e.g. after ``restart_inference``; returns that name."""
+        import redis
+
+        from shared.inference_client import SyncInferenceClient
+        from shared.protocol import WeightUpdate
+        from shared.stream import decode
+
+        client = redis.Redis(port=self.ports.redis)
+        try:
+            last = client.xrevrange("weights", count=1)
+        finally:
+            client.close()
+        if not last:
+            raise RuntimeError("the trainer published no weights")
+        update = decode(WeightUpdate, last[0][1])
+        if update.kind != "lora":
+            raise RuntimeError(f"the last publish was {update.kind} weights, not a LoRA adapter")
+        SyncInferenceClient(self.url(self.ports.inference)).load_lora(update.model_name, update.path)
+        return update.model_name
 
     def forget_contract(self) -> None:
         """Delete the pipeline contract announced in this run's Redis (``shared.contract``)."""

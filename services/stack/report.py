@@ -38,6 +38,7 @@ def read_eval(folder: Path) -> EvalResult:
 
 
 def read_log(log_file: Path) -> list[dict]:
+    """The trainer's JSONL log (``train.jsonl``), one dict a step; [] before it exists."""
     if not log_file.is_file():
         return []
     rows = []

@@ -70,3 +70,27 @@ def mark_finished(folder: Path) -> None:
     doc = _read(folder)
     doc["finished"] = time.time()
     (folder / RUN_FILE).write_text(json.dumps(doc))
+
+
+def start_from_checkpoint(source: Path, checkpoints: Path) -> int:
+    """Copy the newest checkpoint under ``source`` into ``checkpoints`` (a new run's checkpoint folder) as that
+    run's start: model, optimizer, scheduler and step kept; the source's RNG state (the new run seeds its own)
+    and queue position (stream ids and groups of the source's own Redis) dropped. Returns its step."""
+    import shutil
+
+    from services.trainer import checkpoint
+
+    start = checkpoint.latest(source)
+    if start is None:
+        raise FileNotFoundError(f"no checkpoint under {source}")
+    copy = checkpoints / start.name
+    shutil.copytree(start, copy)
+    for rng in copy.glob("rng-*.pt"):
+        rng.unlink()
+    state = json.loads((copy / "state.json").read_text())
+    state["covered"] = []
+    for key, empty in (("trained_groups", []), ("recent_groups", []), ("groups_trained", 0)):
+        if key in state:
+            state[key] = empty
+    (copy / "state.json").write_text(json.dumps(state))
+    return state["step"]

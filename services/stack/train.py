@@ -218,12 +218,7 @@ class LocalStack(StackProcesses):
         trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env), wait=False)
         producer = None
         if rollout:  # started beside the trainer: it loads its tokenizer and data while the trainer loads the model
-            producer = sup.start(
-                self.service(
-                    "rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env
-                ),
-                wait=False,
-            )
+            producer = sup.start(self.rollout_service(recipe=recipe, tag=tag, **env), wait=False)
         self.servers_ready(sup)  # the trainer's first publish needs the inference server: it waits for it
         for service in (trainer, producer):
             if service is not None:

@@ -11,9 +11,9 @@ from shared.protocol import WeightUpdate
 from shared.stream import StreamQueue
 
 REPO = Path(__file__).resolve().parents[2]
-# The real-model ablation arms are smol-cpu with other SFT weighting keys (tests/integration/deploy checks that);
-# bench/ablation.py runs them. Every other recipe, one per agent in recipes.RECIPES included, trains here.
-RECIPES = sorted(p.name for p in (REPO / "configs").glob("*.toml") if not p.name.startswith("smol-ablation-"))
+# Every recipe, one per agent in recipes.RECIPES included, trains here (the ablation arms are no recipes:
+# bench/_ablation_arms.py overrides smol-cpu and red-coda).
+RECIPES = sorted(p.name for p in (REPO / "configs").glob("*.toml"))
 
 # Shrink a recipe to a smoke run: 2 optimizer steps of 1 group of 2 short episodes each.
 SMOKE = {

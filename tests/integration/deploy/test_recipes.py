@@ -17,19 +17,13 @@ REQUIRED = {
     "search-r1",
     "coda",
     "red-coda",
-    "red-coda-ablation-grpo",
-    "red-coda-ablation-fixed-sft",
-    "red-coda-ablation-full-red",
     "thinker-searcher",
     "recursive-reasoner",
     "tool-agent",
 }
 # The agent each named recipe runs: configs/<agent>.toml for every agent (tiny-cpu: whatever the embedded
-# default chooses).
-AGENTS = {
-    **{name: name for name in KNOWN_AGENTS},
-    **{f"red-coda-ablation-{a}": "red-coda" for a in ("grpo", "fixed-sft", "full-red")},
-}
+# default chooses). Ablation arms are no recipes: bench/_ablation_arms.py overrides these (tests/unit/bench).
+AGENTS = {name: name for name in KNOWN_AGENTS}
 
 
 # Besides the services, the local stack (`make train`) reads its own [stack] table.
@@ -80,7 +74,7 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
     assert trainer.temperature == rollout.temperature, "the trainer must score tokens at the sampling temperature"
     if path.stem in AGENTS:
         assert rollout.agent == AGENTS[path.stem]
-    if path.stem in ("red-coda", "red-coda-ablation-fixed-sft", "red-coda-ablation-full-red"):
+    if path.stem == "red-coda":
         assert trainer.sft_data, "RED co-training needs demonstrations"
     assert rollout.model_name == (inference.served_model_name or inference.model)
     if trainer.finetune == "lora":
@@ -90,32 +84,6 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
         assert trainer.model == inference.model == rollout.tokenizer
     if rollout.agent == "thinker-searcher":
         assert rollout.searcher_url.endswith(f":{searcher.port}")
-
-
-def test_red_coda_ablations_differ_only_in_how_sft_is_weighted():
-    tables = {
-        name: _table(ROOT / "configs" / f"red-coda-ablation-{name}.toml") for name in ("grpo", "fixed-sft", "full-red")
-    }
-    red_keys = {"red_mode", "red_g", "red_accuracy_aware"}
-    stripped = {
-        name: {
-            section: {k: v for k, v in body.items() if not (section == "trainer" and k in red_keys)}
-            for section, body in t.items()
-        }
-        for name, t in tables.items()
-    }
-    assert stripped["grpo"] == stripped["fixed-sft"] == stripped["full-red"]
-    trainers = {name: t["trainer"] for name, t in tables.items()}
-    assert trainers["grpo"]["red_mode"] == "grpo_only"
-    assert trainers["fixed-sft"]["red_mode"] == "fixed" and trainers["fixed-sft"]["red_g"] == 1.0
-    assert trainers["full-red"]["red_mode"] == "red" and trainers["full-red"]["red_g"] > 1.0
-    assert trainers["full-red"]["red_accuracy_aware"] is True
-    # The full-RED ablation is red-coda.toml at the ablation budget.
-    red = _table(ROOT / "configs" / "red-coda.toml")
-    for section, body in red.items():
-        for key, value in body.items():
-            if key not in ("max_steps", "warmup_steps"):
-                assert tables["full-red"][section][key] == value, (section, key)
 
 
 def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):

@@ -87,6 +87,7 @@ def test_invocations_parse():
         ["--zero-stage"],
     )
     assert python_invocation("python bench/qa.py [--again]") == (["bench/qa.py"], ["--again"])
+    assert python_invocation("python -m bench.qa --report-only") == (["-m", "bench.qa"], ["--report-only"])
     assert python_invocation("pip install x") is None
 
 

@@ -3,19 +3,17 @@ and the targets judged from the intervals (a report that could not say "not met"
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pytest
 
-from tests.unit.bench_module import bench_module
-
 
 @pytest.fixture(scope="module")
 def report():
-    with bench_module("_qa_report") as module:
-        yield module
+    from bench import _qa_report
+
+    return _qa_report
 
 
 def test_bootstrap_interval_of_a_constant_is_the_constant(report):
@@ -142,15 +140,16 @@ def test_a_run_records_what_its_trainer_computed_in(monkeypatch, tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[rollout]\nagent = "search-r1"\n')
     monkeypatch.delenv("CODA_TRAINER_PRECISION", raising=False)
-    with bench_module("qa", bench_on_path=True) as qa:
-        monkeypatch.setattr(precision, "native_bf16", lambda: True)
-        assert qa.matmul_precision(str(recipe), []) == "bf16"  # auto, on a CPU that multiplies bf16
-        assert qa.matmul_precision(str(recipe), ["CODA_TRAINER_PRECISION=fp32"]) == "fp32"  # --set wins
-        recipe.write_text('[trainer]\nprecision = "fp32"\n')
-        assert qa.matmul_precision(str(recipe), []) == "fp32"  # the recipe's
-        monkeypatch.setattr(precision, "native_bf16", lambda: False)
-        recipe.write_text("")
-        assert qa.matmul_precision(str(recipe), []) == "fp32"
+    from bench import qa
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert qa.matmul_precision(str(recipe), []) == "bf16"  # auto, on a CPU that multiplies bf16
+    assert qa.matmul_precision(str(recipe), ["CODA_TRAINER_PRECISION=fp32"]) == "fp32"  # --set wins
+    recipe.write_text('[trainer]\nprecision = "fp32"\n')
+    assert qa.matmul_precision(str(recipe), []) == "fp32"  # the recipe's
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
+    recipe.write_text("")
+    assert qa.matmul_precision(str(recipe), []) == "fp32"
 
 
 def test_the_speed_column_names_the_precision(report):
@@ -279,8 +278,9 @@ def test_the_report_tables_paired_differences_overall_and_for_compositional(repo
 
 @pytest.fixture(scope="module")
 def qa():
-    with bench_module("qa", bench_on_path=True) as module:
-        yield module
+    from bench import qa
+
+    return qa
 
 
 def test_every_arm_has_its_recipe_training_and_environment(qa):
@@ -350,7 +350,9 @@ def test_a_thinker_runs_after_the_arm_its_searcher_comes_from(qa, tmp_path, monk
     qa.Bench(args).run()
     # Seed 1 runs the arms in reverse order (the machine's speed drifts over a day), the thinker still last.
     assert order == [("zero-shot",), ("coda-sft", 0), ("thinker-searcher", 0), ("coda-sft", 1), ("thinker-searcher", 1)]
-    assert "2wiki/thinker-searcher/1" in json.loads((tmp_path / "t.json").read_text())["runs"]
+    from bench import _results
+
+    assert "2wiki/thinker-searcher/1" in _results.read("t", tmp_path)["runs"]
 
 
 def test_a_coda_run_records_its_reward_and_the_report_names_it(qa, report, monkeypatch):
@@ -364,3 +366,14 @@ def test_a_coda_run_records_its_reward_and_the_report_names_it(qa, report, monke
     assert (
         "coda: shared / inherit (recorded before the bench noted it) (seeds 0), per_role / per_role (seeds 1)" in line
     )
+
+
+def test_raw_results_are_written_compressed_and_read_back(tmp_path):
+    from bench import _results
+
+    doc = {"runs": {"2wiki/sft/0": {"rows": [{"id": "q1", "f1": 0.5}] * 50}}}
+    (tmp_path / "qa.json").write_text("{}")  # a plain file from before: read only while no .json.xz exists
+    assert _results.read("qa", tmp_path) == {}
+    path = _results.write(doc, "qa", tmp_path)
+    assert path.name == "qa.json.xz" and not (tmp_path / "qa.json").exists()
+    assert _results.read("qa", tmp_path) == doc and _results.read("other", tmp_path) is None

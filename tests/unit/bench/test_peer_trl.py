@@ -7,13 +7,12 @@ import tomllib
 
 import pytest
 
-from tests.unit.bench_module import bench_module
-
 
 @pytest.fixture(scope="module")
 def bench():
-    with bench_module("peer_trl") as module:
-        yield module
+    from bench import peer_trl
+
+    return peer_trl
 
 
 def test_our_recipe_is_the_shipped_one_with_the_task_filled_in(bench, tmp_path):

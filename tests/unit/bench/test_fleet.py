@@ -13,13 +13,13 @@ import pytest
 from recipes.core.tokenizer import CharTokenizer
 from shared.inference_client import completion_body
 from testing.fake_llm import FakeLLM, protocol_script
-from tests.unit.bench_module import bench_module
 
 
 @pytest.fixture(scope="module")
 def report():
-    with bench_module("_fleet_report") as module:
-        yield module
+    from bench import _fleet_report
+
+    return _fleet_report
 
 
 def test_scaling_is_judged_against_n_times_one_server(report):

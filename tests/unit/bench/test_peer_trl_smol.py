@@ -7,13 +7,12 @@ import tomllib
 
 import pytest
 
-from tests.unit.bench_module import bench_module
-
 
 @pytest.fixture(scope="module")
 def bench():
-    with bench_module("peer_trl_smol", bench_on_path=True) as module:
-        yield module
+    from bench import peer_trl_smol
+
+    return peer_trl_smol
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
@@ -57,7 +56,8 @@ def test_the_report_pairs_rounds_and_says_when_a_bar_is_missed(bench):
 
 
 def test_processes_are_told_apart_by_service_and_their_peaks_tabled(bench):
-    parts = bench.sys.modules["_peer_trl_parts"]
+    from bench import _peer_trl_parts as parts
+
     assert parts.service_of([".venv/bin/python", "-m", "services.trainer", "train"]) == "trainer"
     assert parts.service_of(["python", "-m", "shared.redis_server", "--port", "1"]) == "redis"
     assert parts.service_of(["python", "-m", "services.stack", "train"]) == "stack"
