@@ -181,7 +181,10 @@ def _precision(run: dict) -> str:
 def _rewards(runs: list[dict]) -> str:
     """The RL steps' mean training reward, first five against last five (the signal GRPO had to learn from)."""
     first, last = _mean([r.get("reward_first") for r in runs]), _mean([r.get("reward_last") for r in runs])
-    return "–" if first is None or last is None else f"{first:.3f} → {last:.3f}"
+    if first is None or last is None:
+        return "–"
+    signal = _mean([r.get("signal_share") for r in runs])  # recorded since the RL-step round
+    return f"{first:.3f} → {last:.3f}" + (f" ({signal:.0%} of groups with signal)" if signal is not None else "")
 
 
 def _current_types(dataset: str) -> dict[str, str]:

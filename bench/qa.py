@@ -355,13 +355,18 @@ def matmul_precision(recipe: str, sets: list[str]) -> str:
 
 def step_stats(log_file: Path) -> dict:
     """Steps made; seconds per RL step, wall (between consecutive RL steps' records: waiting for rollouts
-    included) and the trainer's own compute; the reward of the first and last steps."""
+    included) and the trainer's own compute; the reward of the first and last steps; the share of groups with
+    a learning signal."""
     rows = [r for r in read_log(log_file) if "step" in r]
     rl = [r for r in rows if "reward_mean" in r]
     rewards = [r["reward_mean"] for r in rl]
     gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(rl) if b["step"] == a["step"] + 1]
     compute = [r["step_seconds"] for r in rl if "step_seconds" in r]
+    groups = sum(r.get("groups", 0) for r in rl if "zero_variance_groups" in r)
+    flat = sum(r["zero_variance_groups"] for r in rl if "zero_variance_groups" in r)
     return {
+        # Groups whose rewards differ: the only ones GRPO learns from (all right or all wrong: advantage 0).
+        "signal_share": 1 - flat / groups if groups else None,
         "steps": len(rows),
         "rl_steps": len(rl),
         "s_per_rl_step": sum(gaps) / len(gaps) if gaps else None,
