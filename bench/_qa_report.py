@@ -38,12 +38,21 @@ class Arm:
     recipe: str = "flat"
     training: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    shots: int = 0  # untrained arms: this many training questions and their answers in the system turn
 
 
 ARMS = {
     "zero-shot": Arm("(a) zero-shot, search protocol"),
     "naive-rag": Arm("(b) naive RAG, top-3, one turn", env={"CODA_ROLLOUT_AGENT": "naive-rag"}),
+    "naive-rag-4shot": Arm(
+        "(b') naive RAG, 4 training examples in the prompt", env={"CODA_ROLLOUT_AGENT": "naive-rag"}, shots=4
+    ),
     "sft": Arm("(c) SFT only", training="sft"),
+    "rag-sft": Arm(
+        "(c') RAG + SFT, one turn: naive RAG fine-tuned on its own demonstrations",
+        training="sft",
+        env={"CODA_ROLLOUT_AGENT": "naive-rag"},
+    ),
     "flat": Arm("(d) flat Search-R1, GRPO + RED", training="rl"),
     "coda-sft": Arm("(e) CoDA planner + executor, SFT only", "coda", "sft"),
     "coda": Arm("(f) CoDA planner + executor, GRPO + RED", "coda", "rl"),
@@ -432,7 +441,10 @@ def targets(doc: dict, dataset: str) -> list[str]:
         return ["- no GRPO method measured yet"]
     best = max(rl, key=lambda m: f1[m][0])
     lines = []
-    for rivals, what in ((["zero-shot", "naive-rag"], "the best untrained method"), (list(SFT_ONLY), "SFT only")):
+    for rivals, what in (
+        (["zero-shot", "naive-rag", "naive-rag-4shot"], "the best untrained method"),
+        (list(SFT_ONLY), "SFT only"),
+    ):
         have = [m for m in rivals if m in f1]
         if not have:
             lines.append(f"- against {what}: not measured")

@@ -7,7 +7,11 @@ Methods (``_qa_report.ARMS``: recipe, training, environment; all evaluated greed
 held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, or all of them):
 - ``zero-shot``: SmolLM2-135M-Instruct untrained, with the flat search protocol (it may search);
 - ``naive-rag``: untrained, the top-3 passages for the question itself, one answer turn;
+- ``naive-rag-4shot``: the same with 4 training questions (one of each type) and their gold answers in the
+  system turn;
 - ``sft``: SFT only on the flat demonstrations (make-sft, train split) for the whole budget;
+- ``rag-sft``: naive RAG fine-tuned (SFT only) on demonstrations of its own one turn: the same questions, the
+  retrieved passages in the prompt, the answer alone, no search actions;
 - ``flat``: the flat Search-R1 agent, a warm start (the recipe's ``warm_start_steps``), then GRPO + RED;
 - ``coda-sft``: CoDA's planner + executor, SFT only on CoDA's demonstrations for the whole budget;
 - ``coda``: CoDA's planner + executor, the same warm start (CoDA demonstrations), then GRPO + RED with the
@@ -38,6 +42,7 @@ is not run again (``--again``, ``--fresh``). One timed job at a time: two on 2 c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -57,6 +62,8 @@ from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
 from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
 from recipes import get_agent  # noqa: E402
+from recipes.answers import as_gold_list  # noqa: E402
+from recipes.datasets import load_prompts, question_type, select_split  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
 from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, read_log, threads_for  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
@@ -146,11 +153,13 @@ class Bench:
         recipe = recipe_of(dataset, method)
         settings = StackSettings.load(recipe)
         settings = settings.model_copy(update={"train_timeout_s": max(settings.train_timeout_s, JOB_TIMEOUT_S)})
-        agent = read_recipe(recipe)["rollout"]["agent"]
+        env = ARMS[method].env
+        agent = env.get("CODA_ROLLOUT_AGENT") or read_recipe(recipe)["rollout"]["agent"]
         layout = Layout.for_run(run, settings, get_agent(agent).demonstrations or "search")
         layout = dataclasses.replace(layout, evals=run / "eval")  # model, index, demonstrations: cached, shared
         run.mkdir(parents=True, exist_ok=True)
-        return LocalStack(recipe, settings, run=run, layout=layout, say=say)
+        with environment(env):  # the stack reads the agent (and its demonstrations) as its services will
+            return LocalStack(recipe, settings, run=run, layout=layout, say=say)
 
     def start_servers(self, stack: LocalStack, sup: Supervisor, searcher: Path | None) -> None:
         """The recipe's servers; with ``searcher`` (an adapter in the run's folder) the searcher service serves
@@ -244,7 +253,9 @@ class Bench:
 
     # ---------------------------------------------------------------- methods
     def untrained(self, dataset: str, method: str) -> dict:
-        env = ARMS[method].env
+        env = dict(ARMS[method].env)
+        if ARMS[method].shots:
+            env["CODA_ROLLOUT_SYSTEM_PROMPT"] = few_shot_prompt(dataset, ARMS[method].shots)
         check_env(recipe_of(dataset, method), env)
         run = self.root / dataset / method
         shutil.rmtree(run, ignore_errors=True)
@@ -351,6 +362,33 @@ def matmul_precision(recipe: str, sets: list[str]) -> str:
     named = dict(pair.split("=", 1) for pair in sets)
     precision = TrainerSettings.load(recipe, precision=named.get("CODA_TRAINER_PRECISION")).precision
     return "bf16" if compute_dtype(precision, "cpu") == torch.bfloat16 else "fp32"
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]):
+    """``env`` over ``os.environ`` for the duration (put back after)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def few_shot_prompt(dataset: str, shots: int) -> str:
+    """A system turn with ``shots`` training questions of ``dataset`` and their gold answers, one of each question
+    type in turn (the first of each): examples of the short answer the metric wants, never a held-out question."""
+    by_type: dict[str, list] = {}
+    for r in select_split(load_prompts(DATASETS[dataset]), "train"):
+        by_type.setdefault(question_type(r), []).append(r)
+    rounds = itertools.zip_longest(*by_type.values())
+    train = [r for row in rounds for r in row if r is not None][:shots]
+    examples = "\n".join(f"Question: {r.question}\nAnswer: {as_gold_list(r.golden_answers)[0]}" for r in train)
+    return f"Answer in a few words, like these examples.\n{examples}"
 
 
 def step_stats(log_file: Path) -> dict:

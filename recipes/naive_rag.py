@@ -3,8 +3,8 @@
 The obvious baseline a search agent must beat (``bench/qa.py`` method b): one retriever call with the question
 as the query, the passages in the prompt (``prompts.rag_messages``), one completion. The answer is the text
 between ``<answer>`` tags when the model writes them, else the completion's first non-empty line. Its reward
-is single-turn's (the answer metric). It trains like any agent (GRPO on the completion's tokens), but the
-benchmark runs it untrained.
+is single-turn's (the answer metric). It trains like any agent (GRPO on the completion's tokens); the benchmark
+runs it untrained (zero- and few-shot) and fine-tuned on demonstrations of its own format (RAG + SFT).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ AGENTS = (
         reward="recipes.single_turn:reward",  # the answer metric alone: there is no protocol to score
         needs=frozenset({"retriever"}),
         metric="f1",
-        description="top-k passages for the question, one answer turn (the untrained baseline of bench/qa.py)",
+        demonstrations="rag",  # make-sft: the passages and the question, then the answer alone
+        description="top-k passages for the question, one answer turn (a baseline of bench/qa.py)",
     ),
 )

@@ -29,6 +29,7 @@ from recipes.prompts import (
     executor_messages,
     format_documents,
     planner_messages,
+    rag_messages,
     search_agent_messages,
 )
 
@@ -164,14 +165,22 @@ def planner_demonstration(
     return _assemble(tok, pieces)
 
 
+def rag_demonstration(tok, question: str, docs: Sequence[tuple[str, str]], gold: str) -> tuple[list[int], list[int]]:
+    """Naive RAG in one turn (``recipes.naive_rag``): the question's passages and the question, then the answer
+    alone, as its instructions ask (no tags, no search action)."""
+    return _assemble(tok, [(tok.render(rag_messages(question, docs)), 0), (tok.encode(gold), 1)])
+
+
 def prompt_fingerprint(fmt: str) -> str:
-    """Every text of ours that a demonstration of ``fmt`` (search, coda) holds besides the data: the prompts as
+    """Every text of ours that a demonstration of ``fmt`` (search, coda, rag) holds besides the data: the prompts as
     the agents render them, the observation wrappers, the document layout and the think sentences. Part of the
     demonstrations' cache key (``services.stack.prepare.Layout.for_run``): after a prompt edit the cached
     demonstrations, which show the old prompt, are made again instead of trained on."""
     messages = (
         planner_messages("{question}") + executor_messages("{task}")
         if fmt == "coda"
+        else rag_messages("{question}", [("{title}", "{text}")])
+        if fmt == "rag"
         else search_agent_messages("{question}")
     )
     texts = {

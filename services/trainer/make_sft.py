@@ -15,7 +15,8 @@ With ``--format coda`` each question gives two demonstrations in the hierarchica
 executor's (``<search>`` → ``<documents>`` (mask 0) → ``<refine>`` quoting the retrieved sentence that holds
 the answer → ``<answer>``) and the planner's (``<task>`` → ``<result>`` with the executor's answer (mask 0) →
 ``<answer>``), so co-training teaches the format the CoDA loop runs (upstream CoDA's SFT data never
-used ``<task>``; ``docs/upstream.md``).
+used ``<task>``; ``docs/upstream.md``). With ``--format rag``, naive RAG's one turn (``recipes.naive_rag``): the
+question's top-k passages and the question in the prompt (mask 0), then the answer alone.
 
 ``--hops supporting`` (the multi-hop recipes) shows each hop of a two-hop question (``recipes.plans``):
 the flat agent searches twice (a bridge question: the question, then the bridge entity; a comparison: each
@@ -46,6 +47,7 @@ from services.trainer.demonstrations import (
     Style,
     executor_demonstration,
     planner_demonstration,
+    rag_demonstration,
     search_demonstration,
 )
 
@@ -62,9 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=3, help="documents per search (default 3)")
     p.add_argument(
         "--format",
-        choices=["search", "coda"],
+        choices=["search", "coda", "rag"],
         default="search",
-        help="flat search agent (search-r1, thinker) or CoDA planner + executor demonstrations",
+        help="flat search agent (search-r1, thinker), CoDA planner + executor, or naive RAG in one turn (the "
+        "question's passages in the prompt, the answer alone) demonstrations",
     )
     p.add_argument(
         "--no-think",
@@ -191,10 +194,14 @@ def _record(row: dict, role: str, demo: tuple[list[int], list[int]], answer: str
 def _one_search(tok, row: dict, golds: list[str], docs, fmt: str, style: Style, keep_unsupported: bool) -> list[dict]:
     """The question searched verbatim, its documents, the answer (CoDA: the question delegated whole)."""
     search = Search.of(row["question"], docs)
-    shown = style.observation(tok, "information", search.text)[1]
+    # naive RAG shows its passages whole; the search agents see the observation as the rollout cuts it
+    shown = search.text if fmt == "rag" else style.observation(tok, "information", search.text)[1]
     supporting = (row.get("metadata") or {}).get("supporting_titles", [])
     if not keep_unsupported and not supported(shown, golds, search.shown_titles(shown), supporting):
         return []
+    if fmt == "rag":
+        demo = rag_demonstration(tok, row["question"], [(d.title, d.text) for d in docs], golds[0])
+        return [_record(row, "policy", demo, golds[0], [search])]
     if fmt != "coda":
         demo = search_demonstration(tok, row["question"], [search], golds[0], style)
         return [_record(row, "policy", demo, golds[0], [search])]

@@ -287,7 +287,9 @@ def test_every_arm_has_its_recipe_training_and_environment(qa):
     expected = {  # arm: (recipe stem for 2wiki, the recipe's agent, training, environment)
         "zero-shot": ("smol-2wiki", "search-r1", None, {}),
         "naive-rag": ("smol-2wiki", "search-r1", None, {"CODA_ROLLOUT_AGENT": "naive-rag"}),
+        "naive-rag-4shot": ("smol-2wiki", "search-r1", None, {"CODA_ROLLOUT_AGENT": "naive-rag"}),
         "sft": ("smol-2wiki", "search-r1", "sft", {}),
+        "rag-sft": ("smol-2wiki", "search-r1", "sft", {"CODA_ROLLOUT_AGENT": "naive-rag"}),
         "flat": ("smol-2wiki", "search-r1", "rl", {}),
         "coda-sft": ("smol-coda-2wiki", "coda", "sft", {}),
         "coda": ("smol-coda-2wiki", "coda", "rl", {}),
@@ -377,3 +379,31 @@ def test_raw_results_are_written_compressed_and_read_back(tmp_path):
     path = _results.write(doc, "qa", tmp_path)
     assert path.name == "qa.json.xz" and not (tmp_path / "qa.json").exists()
     assert _results.read("qa", tmp_path) == doc and _results.read("other", tmp_path) is None
+
+
+# ---------------------------------------------------------------- the baselines a reviewer asks for first
+def test_few_shot_examples_are_training_questions_one_of_each_type():
+    from bench import qa
+    from recipes.datasets import load_prompts, question_type, select_split
+
+    records = load_prompts(qa.DATASETS["2wiki"])
+    held_out = {r.question for r in select_split(records, "eval")}
+    text = qa.few_shot_prompt("2wiki", 4)
+    shown = [line.removeprefix("Question: ") for line in text.splitlines() if line.startswith("Question: ")]
+    assert len(shown) == 4 and not set(shown) & held_out
+    assert len({question_type(r) for r in records if r.question in shown}) == 4
+    first = next(r for r in records if r.question == shown[0])
+    assert f"Question: {shown[0]}\nAnswer: {first.golden_answers[0]}" in text
+
+
+def test_an_arm_that_names_another_agent_gets_that_agents_demonstrations(monkeypatch, tmp_path):
+    """rag-sft trains naive RAG on demonstrations of its own one turn: the stack reads the agent as its services
+    will (the arm's CODA_ROLLOUT_AGENT over the recipe), and the arm's environment does not leak out."""
+    from bench import qa
+
+    monkeypatch.delenv("CODA_ROLLOUT_AGENT", raising=False)
+    runner = qa.Bench.__new__(qa.Bench)
+    stack = runner.stack("2wiki", "rag-sft", tmp_path / "run")
+    assert stack.agent == "naive-rag" and stack.demonstrations == "rag"
+    assert "CODA_ROLLOUT_AGENT" not in os.environ
+    assert runner.stack("2wiki", "sft", tmp_path / "run2").demonstrations == "search"
