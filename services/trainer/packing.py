@@ -129,28 +129,38 @@ def pack(seqs: list[TrainSeq], token_budget: int, row_tokens: int | None = None)
     if longest > token_budget:
         log.warning("sequence longer than the micro-batch budget", extra={"tokens": longest, "budget": token_budget})
     cap = min(row_tokens or longest, token_budget)
-    rows: list[list[TrainSeq]] = []
+    ordered = sorted(seqs, key=lambda s: (-len(s.tokens), s.index))
+    rows, used = fill_rows(ordered, [len(s.tokens) for s in ordered], cap)
+    return [_batch([rows[j] for j in g], used[g[0]], field_names, packed=True) for g in row_groups(used, token_budget)]
+
+
+def fill_rows(units: list, sizes: list[int], cap: int) -> tuple[list[list], list[int]]:
+    """``units`` (in the order given, largest first for first-fit decreasing) into rows of at most ``cap``
+    tokens, each into the first row it fits; returns the rows and their lengths."""
+    rows: list[list] = []
     used: list[int] = []
-    for s in sorted(seqs, key=lambda s: (-len(s.tokens), s.index)):
-        n = len(s.tokens)
+    for unit, n in zip(units, sizes, strict=True):
         for i, u in enumerate(used):
             if u + n <= cap:
-                rows[i].append(s)
+                rows[i].append(unit)
                 used[i] += n
                 break
         else:
-            rows.append([s])
+            rows.append([unit])
             used.append(n)
-    order = sorted(range(len(rows)), key=lambda i: -used[i])
-    batches: list[MicroBatch] = []
-    group: list[int] = []
-    for i in order:  # longest row first, so a group's first row sets its padded length
-        if group and used[group[0]] * (len(group) + 1) > token_budget:
-            batches.append(_batch([rows[j] for j in group], used[group[0]], field_names, packed=True))
-            group = []
-        group.append(i)
-    batches.append(_batch([rows[j] for j in group], used[group[0]], field_names, packed=True))
-    return batches
+    return rows, used
+
+
+def row_groups(used: list[int], token_budget: int) -> list[list[int]]:
+    """Rows (by index) grouped into micro-batches, longest row first so that a group's first row sets its padded
+    length; a group takes rows while ``rows × that length`` stays within ``token_budget``."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(used)), key=lambda i: -used[i]):
+        if groups and used[groups[-1][0]] * (len(groups[-1]) + 1) <= token_budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def pad(seqs: list[TrainSeq], token_budget: int) -> list[MicroBatch]:

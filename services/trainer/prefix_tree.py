@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from services.trainer.packing import MicroBatch, Slots, TrainSeq, pad_row
+from services.trainer.packing import MicroBatch, Slots, TrainSeq, fill_rows, pad_row, row_groups
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -136,27 +136,9 @@ def pack_shared(seqs: list[TrainSeq], token_budget: int, min_prefix: int = 8) ->
     # A row is as long as the largest tree (or sequence), no longer: attention on CPU computes the whole
     # row × row square, masked or not, so rows stay as short as the units they must hold.
     cap = max(t.size for t in roots)
-    rows: list[list[_Node]] = []
-    used: list[int] = []
-    for t in sorted(roots, key=lambda t: (-t.size, t.seqs[0].index)):
-        for i, u in enumerate(used):
-            if u + t.size <= cap:
-                rows[i].append(t)
-                used[i] += t.size
-                break
-        else:
-            rows.append([t])
-            used.append(t.size)
-    order = sorted(range(len(rows)), key=lambda i: -used[i])
-    batches: list[MicroBatch] = []
-    group: list[int] = []
-    for i in [*order, -1]:
-        if group and (i < 0 or used[group[0]] * (len(group) + 1) > token_budget):
-            batches.append(_micro_batch([rows[j] for j in group], used[group[0]], field_names))
-            group = []
-        if i >= 0:
-            group.append(i)
-    return batches
+    ordered = sorted(roots, key=lambda t: (-t.size, t.seqs[0].index))
+    rows, used = fill_rows(ordered, [t.size for t in ordered], cap)
+    return [_micro_batch([rows[j] for j in g], used[g[0]], field_names) for g in row_groups(used, token_budget)]
 
 
 def _micro_batch(rows: list[list[_Node]], length: int, field_names: list[str]) -> MicroBatch:
