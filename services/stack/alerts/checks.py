@@ -98,9 +98,13 @@ def mismatch_spike(o: Observed, s: AlertSettings) -> Detail:
 
 
 def entropy_collapse(o: Observed, s: AlertSettings) -> Detail:
-    """The policy's entropy below ``entropy_fraction`` of its peak and below ``entropy_floor``."""
+    """The policy's entropy below ``entropy_fraction`` of its peak and below ``entropy_floor``, while the reward
+    (averaged over ``window_steps``) is below ``entropy_solved_reward``: a solved task may stop exploring."""
     values = [v for v in o.values("rl_entropy") if finite(v)]
     if len(values) < 2:
+        return None
+    rewards = rolling_means([v for v in o.values("reward_mean") if finite(v)], s.window_steps)
+    if rewards and rewards[-1] >= s.entropy_solved_reward:
         return None
     now, peak = values[-1], max(values)
     if now < s.entropy_fraction * peak and now < s.entropy_floor:

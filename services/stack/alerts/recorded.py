@@ -122,8 +122,15 @@ CASES: tuple[Case, ...] = (
     Case(
         "EntropyCollapse",
         True,
-        "entropy from 2 nats to 0.05",
-        {f"coda_trainer_entropy{T}": "2-0.1x19 0.05x10"},
+        "entropy from 2 nats to 0.05, the reward stuck at 0.3",
+        {f"coda_trainer_entropy{T}": "2-0.1x19 0.05x10", f"coda_trainer_reward_mean{T}": "0.3x30"},
+        "25m",
+    ),
+    Case(
+        "EntropyCollapse",
+        False,
+        "entropy from 2 nats to 0.05 as the reward reaches 0.95: a solved task",
+        {f"coda_trainer_entropy{T}": "2-0.1x19 0.05x10", f"coda_trainer_reward_mean{T}": "0+0.1x9 0.95x20"},
         "25m",
     ),
     Case(

@@ -126,12 +126,13 @@ RULES: tuple[Rule, ...] = (
         "EntropyCollapse",
         "The policy's token entropy fell below a fraction of its peak: it stopped exploring.",
         "Lower the learning rate, add an entropy bonus or clip-higher (`[trainer]`), raise the temperature; "
-        "check whether the reward is being hacked with one fixed answer. A policy that solved its task (reward "
-        "at its ceiling) gets here too: then nothing is wrong.",
-        ("entropy_fraction", "entropy_floor"),
+        "check whether the reward is being hacked with one fixed answer. Not said while the smoothed reward is "
+        "at least entropy_solved_reward: a policy that solved its task may stop exploring.",
+        ("entropy_fraction", "entropy_floor", "entropy_solved_reward", "window_steps", "window_minutes"),
         lambda s: (
             f"coda_trainer_entropy < {s.entropy_fraction:g} * max_over_time(coda_trainer_entropy[{_lb(s)}]) "
-            f"and coda_trainer_entropy < {s.entropy_floor:g}"
+            f"and coda_trainer_entropy < {s.entropy_floor:g} "
+            f"and {_smoothed_reward(s)} < {s.entropy_solved_reward:g}"
         ),
         checks.entropy_collapse,
         prometheus_note="the peak is over the last lookback_hours",

@@ -47,6 +47,11 @@ class AlertSettings(ServiceSettings):
         0.1, gt=0, lt=1, description="Entropy collapse: entropy below this fraction of its peak (its early value)"
     )
     entropy_floor: float = Field(0.1, gt=0, description="Entropy collapse: and below this many nats per token")
+    entropy_solved_reward: float = Field(
+        0.9,
+        description="Entropy collapse: not while the smoothed reward is at least this (a policy that solved its "
+        "task has no reason to explore: smol-cpu's make train ends at reward 0.95 with 2% of its peak entropy)",
+    )
     reward_drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Reward drop: smoothed reward lost more than this fraction of its range"
     )
