@@ -64,7 +64,8 @@ def _tree(seqs: list[TrainSeq], lo: int) -> _Node:
 
 def _roots(seqs: list[TrainSeq], cap: int, min_prefix: int) -> list[_Node]:
     """Trees of at most ``cap`` tokens: sequences share when their first ``min_prefix`` + 1 tokens agree (one
-    prompt); a group too large for ``cap`` is split, each part with its own copy of what it shares."""
+    prompt, or prompts that open with the same template and instructions: those are shared too); a group too
+    large for ``cap`` is split, in sample order, each part with its own copy of what it shares."""
     groups: dict[tuple[int, ...], list[TrainSeq]] = {}
     for s in seqs:
         key = tuple(s.tokens[: min_prefix + 1]) if len(s.tokens) > min_prefix + 1 else (-1 - s.index,)
