@@ -62,22 +62,44 @@ def _tree(seqs: list[TrainSeq], lo: int) -> _Node:
     return node
 
 
+def _prompt(s: TrainSeq) -> int:
+    """Tokens before the one that predicts the sample's first trained token: its prompt, minus the last token."""
+    first = s.mask.index(1) if 1 in s.mask else len(s.tokens)
+    return max(first - 1, 0)
+
+
+def _shared_positions(a: list[int], b: list[int]) -> int:
+    """Positions two sequences share in a tree: those whose token and next token agree in both."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return max(n - 1, 0)
+
+
 def _roots(seqs: list[TrainSeq], cap: int, min_prefix: int) -> list[_Node]:
-    """Trees of at most ``cap`` tokens: sequences share when their first ``min_prefix`` + 1 tokens agree (one
-    prompt, or prompts that open with the same template and instructions: those are shared too); a group too
-    large for ``cap`` is split, in sample order, each part with its own copy of what it shares."""
+    """Trees of at most ``cap`` tokens, one per prompt (samples whose prompts of ``min_prefix`` or more tokens are
+    equal: a GRPO group); a group too large for ``cap`` is split, in sample order, each part with its own copy
+    of what it shares. Keyed by prompt, not by a trie of the whole step, so that building stays linear in the
+    number of groups (a GPU step holds hundreds of samples) and quadratic only within one."""
     groups: dict[tuple[int, ...], list[TrainSeq]] = {}
     for s in seqs:
-        key = tuple(s.tokens[: min_prefix + 1]) if len(s.tokens) > min_prefix + 1 else (-1 - s.index,)
+        n = _prompt(s)
+        key = tuple(s.tokens[: n + 1]) if n >= min_prefix else (-1 - s.index,)
         groups.setdefault(key, []).append(s)
     roots: list[_Node] = []
     for members in groups.values():
         part: list[TrainSeq] = []
+        size = 0
         for s in sorted(members, key=lambda s: s.index):
-            if part and _tree([*part, s], 0).size > cap:
+            # What the tree grows by: the sample, less what it shares with the one it shares most with.
+            grows = len(s.tokens) - max((_shared_positions(s.tokens, m.tokens) for m in part), default=0)
+            if part and size + grows > cap:
                 roots.append(_tree(part, 0))
-                part = []
+                part, size, grows = [], 0, len(s.tokens)
             part.append(s)
+            size += grows
         roots.append(_tree(part, 0))
     return roots
 

@@ -150,3 +150,16 @@ def test_sequences_without_a_shared_prompt_pack_as_before():
     seqs = _seqs([5, 17, 1, 9, 30, 2, 12])  # distinct random prompts
     shared = pack_shared(seqs, token_budget=40)
     assert sum(b.num_tokens for b in shared) == sum(len(s.tokens) for s in seqs)
+
+
+def test_a_tree_is_as_large_as_its_samples_less_what_each_shares_with_an_earlier_one():
+    """The size ``pack_shared`` budgets with (sample by sample) is the size of the tree it builds."""
+    from services.trainer.prefix_tree import _roots, _shared_positions
+
+    seqs = _episodes()
+    (root,) = _roots(seqs, cap=10_000, min_prefix=8)
+    grown = sum(
+        len(s.tokens) - max((_shared_positions(s.tokens, m.tokens) for m in seqs[:i]), default=0)
+        for i, s in enumerate(seqs)
+    )
+    assert root.size == grown == 83
