@@ -5,70 +5,21 @@ generated tokens per question, training wall time, speed and memory), the same F
 differences between arms (``PAIRS``), how the CoDA arms split their questions (per run, and per question type
 against each question's hop plan), and the targets of the benchmark checked against the numbers.
 
-The arms (``ARMS``) are defined here, with what each runs (``bench/qa.py`` reads the table): its recipe, how it
-is trained, and the environment its services get over the recipe.
+The arms are ``bench._qa_arms``; what a CoDA episode made of its question, ``bench._qa_delegations``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from recipes.rewards.peco import RESTATES, restates  # a CoDA task that asks the whole question
+from bench._qa_arms import CODA_LIKE, DATASETS, METHODS, RL, SFT_ONLY, TITLES, TRAINED
+from bench._qa_delegations import _share, hierarchy_stats
+from bench._qa_delegations import mean as _mean
+from recipes.rewards.peco import RESTATES  # a CoDA task that asks the whole question
 
-# name -> the dataset (its fixed held-out split is what every arm is evaluated on)
-DATASETS = {"hotpotqa": "bundled:hotpotqa-dev", "2wiki": "bundled:2wiki-dev"}
-# An arm's recipe kind -> configs/<stem>.toml, ``{}`` being the dataset's name.
-RECIPES = {"flat": "smol-{}", "coda": "smol-coda-{}", "thinker": "smol-thinker-{}"}
-TITLES = {"hotpotqa": "HotpotQA (distractor dev, hard)", "2wiki": "2WikiMultihopQA (dev)"}
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One method of the bench. ``recipe``: a key of ``RECIPES``. ``training``: None (untrained, evaluated
-    once), ``"sft"`` (the recipe's demonstrations only, for the whole ``--train-s``) or ``"rl"`` (a warm start
-    of ``--warm-steps`` SFT steps, then GRPO + RED, inside the same budget). ``env``: set for every service of
-    its runs that trains or evaluates (trainer, rollout, the eval job), over the recipe."""
-
-    label: str
-    recipe: str = "flat"
-    training: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    shots: int = 0  # untrained arms: this many training questions and their answers in the system turn
-
-
-ARMS = {
-    "zero-shot": Arm("(a) zero-shot, search protocol"),
-    "naive-rag": Arm("(b) naive RAG, top-3, one turn", env={"CODA_ROLLOUT_AGENT": "naive-rag"}),
-    "naive-rag-4shot": Arm(
-        "(b') naive RAG, 4 training examples in the prompt", env={"CODA_ROLLOUT_AGENT": "naive-rag"}, shots=4
-    ),
-    "sft": Arm("(c) SFT only", training="sft"),
-    "rag-sft": Arm(
-        "(c') RAG + SFT, one turn: naive RAG fine-tuned on its own demonstrations",
-        training="sft",
-        env={"CODA_ROLLOUT_AGENT": "naive-rag"},
-    ),
-    "flat": Arm("(d) flat Search-R1, GRPO + RED", training="rl"),
-    "coda-sft": Arm("(e) CoDA planner + executor, SFT only", "coda", "sft"),
-    "coda": Arm("(f) CoDA planner + executor, GRPO + RED", "coda", "rl"),
-    "coda-shared": Arm(
-        "(g) CoDA, GRPO + RED, shared reward (ablation)",
-        "coda",
-        "rl",
-        {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
-    ),
-    "thinker-searcher": Arm("(h) Thinker + frozen searcher, GRPO + RED", "thinker", "rl"),
-}
-METHODS = {name: arm.label for name, arm in ARMS.items()}
-TRAINED = tuple(name for name, arm in ARMS.items() if arm.training)
-RL = tuple(name for name, arm in ARMS.items() if arm.training == "rl")
-SFT_ONLY = tuple(name for name, arm in ARMS.items() if arm.training == "sft")
-CODA_LIKE = tuple(name for name, arm in ARMS.items() if arm.recipe == "coda")  # rows with the planner's tasks
 # Paired differences the report tables (first − second, on the same questions), overall and for these types.
 PAIRS = (
     ("coda", "flat"),
@@ -133,11 +84,6 @@ def _ci(runs: list[dict], key: str) -> tuple[float, float, float]:
 
 def _fmt_ci(m: tuple[float, float, float]) -> str:
     return f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}]"
-
-
-def _mean(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 def _num(x, fmt: str = "{:.1f}") -> str:
@@ -230,66 +176,6 @@ def type_table(doc: dict, dataset: str) -> list[str]:
     return out
 
 
-def delegations(row: dict, expected: Sequence[Sequence[str]] | None = None) -> dict:
-    """What ``qa.json`` keeps of a CoDA episode's split of its question (``{}`` for other agents, from an eval
-    row's ``facts``): the tasks the planner delegated, how many restate the question (no decomposition), the
-    best F1 an executor's answer had against the gold answers, whether the final answer is an executor's, how
-    many executors answered nothing, whether task 2 builds on task 1's result (``chained``: it contains task
-    1's executor answer, both normalised, the answer not empty; None with fewer than two tasks), and, given the
-    question's hop plan (``expected``: per delegation of ``recipes.plans.plan``, the answers its sub-question
-    expects; ``expected_results``), the sub-answer F1 of each hop (``hop_f1``)."""
-    from recipes.answers import normalize_answer, token_f1  # the project's scoring; the report alone needs none
-
-    facts = row.get("facts") or {}
-    if "tasks" not in facts:
-        return {}
-    tasks, said = facts["tasks"], [a or "" for a in facts["executor_answers"]]
-    answers = [a for a in said if a]
-    final = normalize_answer(row.get("prediction") or "")
-    first = normalize_answer(said[0]) if said else ""
-    return {
-        "tasks": len(tasks),
-        "restated": sum(restates(task, row["question"]) for task in tasks),
-        "executor_f1": max((token_f1(a, row["golden_answers"]) for a in answers), default=0.0),
-        "passed_on": bool(final) and any(normalize_answer(a) == final for a in answers),
-        "empty_answers": sum(not a.strip() for a in said),
-        "chained": (bool(first) and f" {first} " in f" {normalize_answer(tasks[1])} ") if len(tasks) >= 2 else None,
-        **hop_f1(said, expected),
-    }
-
-
-def hop_f1(said: Sequence[str], expected: Sequence[Sequence[str]] | None) -> dict:
-    """Each executor's answer against the sub-question its plan expects at the same delegation index (token F1,
-    the best over that sub-question's answers; a delegation the planner never made scores 0). Hop 1 is the
-    first half of the plan's sub-questions, hop 2 the second half: a bridge's two hops; a comparison's first
-    and second compared entity; a bridge_comparison's four (both entities' first hops, then both second hops)
-    averaged two by two. ``planned``: the plan's sub-questions (0: no plan, no hop F1)."""
-    from recipes.answers import token_f1
-
-    if not expected:
-        return {"planned": 0, "hop1_f1": None, "hop2_f1": None}
-    f1 = [token_f1(said[i], list(answers)) if i < len(said) else 0.0 for i, answers in enumerate(expected)]
-    half = len(f1) // 2 or 1
-    return {"planned": len(f1), "hop1_f1": sum(f1[:half]) / half, "hop2_f1": _mean(f1[half:])}
-
-
-def expected_results(dataset: str) -> dict[str, list[tuple[str, ...]]]:
-    """Each held-out question's hop plan (``recipes.plans.plan`` over its annotations), as the answers each
-    delegation should return, by question id; questions without a plan (or without sub-questions) are absent.
-    Only to measure an eval: no training path reads a held-out question's annotations."""
-    from recipes.datasets import HELDOUT, load_prompts
-    from recipes.plans import plan
-
-    out = {}
-    for r in load_prompts(DATASETS[dataset]):
-        if r.split != HELDOUT:
-            continue
-        found = plan({"question": r.question, "golden_answers": list(r.golden_answers), "metadata": r.metadata})
-        if found is not None and found.tasks:
-            out[r.prompt_id] = [tuple(sq.answers) for sq in found.tasks]
-    return out
-
-
 def delegation_table(doc: dict, dataset: str) -> list[str]:
     """The CoDA arms' runs: how the planner split the questions (rows recorded with ``tasks``; older runs have
     none)."""
@@ -317,34 +203,6 @@ def delegation_table(doc: dict, dataset: str) -> list[str]:
             f"{_mean([row['f1'] for row in rows]):.3f} |"
         )
     return ["", *out]
-
-
-def _share(flags) -> str:
-    flags = list(flags)
-    return f"{sum(flags) / len(flags):.0%}" if flags else "–"
-
-
-def hierarchy_stats(rows: list[dict]) -> dict:
-    """How a CoDA arm's planner split these rows' questions (rows of ``delegations`` with a hop plan's fields):
-    tasks per question; the share of questions split into two or more tasks; the share of tasks restating the
-    question; of the split questions, the share whose task 2 builds on task 1's answer; hop-1 and hop-2
-    sub-answer F1 over the questions with a plan (``planned``: how many); the share of executors that answered
-    nothing; the final answer's F1. None where nothing was there to count."""
-    tasks = sum(row["tasks"] for row in rows)
-    split = [row for row in rows if row["tasks"] >= 2]
-    planned = [row for row in rows if row.get("hop1_f1") is not None]
-    return {
-        "questions": len(rows),
-        "tasks_per_q": tasks / len(rows) if rows else None,
-        "split": _mean([float(row["tasks"] >= 2) for row in rows]),
-        "restating": sum(row["restated"] for row in rows) / tasks if tasks else None,
-        "chain": _mean([float(bool(row["chained"])) for row in split]),
-        "planned": len(planned),
-        "hop1_f1": _mean([row["hop1_f1"] for row in planned]),
-        "hop2_f1": _mean([row["hop2_f1"] for row in planned]),
-        "empty": sum(row["empty_answers"] for row in rows) / tasks if tasks else None,
-        "f1": _mean([row["f1"] for row in rows]),
-    }
 
 
 def hierarchy_table(doc: dict, dataset: str) -> list[str]:

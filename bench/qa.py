@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.qa                                   # the recorded run (bench/results/qa.md)
     .venv/bin/python -m bench.qa --datasets hotpotqa --methods zero-shot naive-rag --limit 40   # a quick look
 
-Methods (``_qa_report.ARMS``: recipe, training, environment; all evaluated greedily on the dataset's fixed
+Methods (``_qa_arms.ARMS``: recipe, training, environment; all evaluated greedily on the dataset's fixed
 held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, or all of them):
 - ``zero-shot``: SmolLM2-135M-Instruct untrained, with the flat search protocol (it may search);
 - ``naive-rag``: untrained, the top-3 passages for the question itself, one answer turn;
@@ -32,7 +32,7 @@ the trainer's start to its exit (its checkpoint included); the evals are outside
 once per ``--seeds`` seed.
 
 For each run the bench keeps every question's EM, F1, searches, generated tokens and type (CoDA arms: also how
-the planner split it, scored against the question's hop plan: ``_qa_report.delegations``), and the training
+the planner split it, scored against the question's hop plan: ``_qa_delegations.delegations``), and the training
 runs' seconds per step and peak RSS per service; ``bench/results/qa.md`` (tables with 95% bootstrap
 intervals, overall and by question type, paired differences between arms) and ``qa.json.xz`` (the raw numbers)
 are rewritten after every run, so an interrupted bench leaves what it measured. A run already in ``qa.json.xz``
@@ -42,9 +42,7 @@ is not run again (``--again``, ``--fresh``). One timed job at a time: two on 2 c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import itertools
 import json
 import os
 import re
@@ -60,12 +58,13 @@ import torch  # noqa: E402
 
 from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
-from bench._qa_report import ARMS, DATASETS, METHODS, RECIPES, TRAINED, delegations, expected_results, write_report  # noqa: E402
+from bench._qa_arms import ARMS, DATASETS, METHODS, RECIPES, TRAINED  # noqa: E402
+from bench._qa_delegations import delegations, expected_results  # noqa: E402
+from bench._qa_report import write_report  # noqa: E402
+from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
 from recipes import get_agent  # noqa: E402
-from recipes.answers import as_gold_list  # noqa: E402
-from recipes.datasets import load_prompts, question_type, select_split  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
-from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, read_log, threads_for  # noqa: E402
+from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
 from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
@@ -362,56 +361,6 @@ def matmul_precision(recipe: str, sets: list[str]) -> str:
     named = dict(pair.split("=", 1) for pair in sets)
     precision = TrainerSettings.load(recipe, precision=named.get("CODA_TRAINER_PRECISION")).precision
     return "bf16" if compute_dtype(precision, "cpu") == torch.bfloat16 else "fp32"
-
-
-@contextlib.contextmanager
-def environment(env: dict[str, str]):
-    """``env`` over ``os.environ`` for the duration (put back after)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def few_shot_prompt(dataset: str, shots: int) -> str:
-    """A system turn with ``shots`` training questions of ``dataset`` and their gold answers, one of each question
-    type in turn (the first of each): examples of the short answer the metric wants, never a held-out question."""
-    by_type: dict[str, list] = {}
-    for r in select_split(load_prompts(DATASETS[dataset]), "train"):
-        by_type.setdefault(question_type(r), []).append(r)
-    rounds = itertools.zip_longest(*by_type.values())
-    train = [r for row in rounds for r in row if r is not None][:shots]
-    examples = "\n".join(f"Question: {r.question}\nAnswer: {as_gold_list(r.golden_answers)[0]}" for r in train)
-    return f"Answer in a few words, like these examples.\n{examples}"
-
-
-def step_stats(log_file: Path) -> dict:
-    """Steps made; seconds per RL step, wall (between consecutive RL steps' records: waiting for rollouts
-    included) and the trainer's own compute; the reward of the first and last steps; the share of groups with
-    a learning signal."""
-    rows = [r for r in read_log(log_file) if "step" in r]
-    rl = [r for r in rows if "reward_mean" in r]
-    rewards = [r["reward_mean"] for r in rl]
-    gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(rl) if b["step"] == a["step"] + 1]
-    compute = [r["step_seconds"] for r in rl if "step_seconds" in r]
-    groups = sum(r.get("groups", 0) for r in rl if "zero_variance_groups" in r)
-    flat = sum(r["zero_variance_groups"] for r in rl if "zero_variance_groups" in r)
-    return {
-        # Groups whose rewards differ: the only ones GRPO learns from (all right or all wrong: advantage 0).
-        "signal_share": 1 - flat / groups if groups else None,
-        "steps": len(rows),
-        "rl_steps": len(rl),
-        "s_per_rl_step": sum(gaps) / len(gaps) if gaps else None,
-        "compute_s_per_rl_step": sum(compute) / len(compute) if compute else None,
-        "reward_first": sum(rewards[:5]) / len(rewards[:5]) if rewards else None,
-        "reward_last": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
-    }
 
 
 def main() -> None:

@@ -10,6 +10,13 @@ import pytest
 
 
 @pytest.fixture(scope="module")
+def delegations():
+    from bench import _qa_delegations
+
+    return _qa_delegations
+
+
+@pytest.fixture(scope="module")
 def report():
     from bench import _qa_report
 
@@ -85,7 +92,7 @@ def test_a_row_shows_the_rl_signal_and_what_ran(report):
     assert "| – |" in sft and sft.endswith("| ? |")  # no RL steps; recorded without a commit
 
 
-def test_coda_delegations_are_counted_from_the_eval_rows_facts(report):
+def test_coda_delegations_are_counted_from_the_eval_rows_facts(delegations, report):
     question = "Which city hosts the university whose fight song is Kansas Song?"
     row = {
         "question": question,
@@ -96,7 +103,7 @@ def test_coda_delegations_are_counted_from_the_eval_rows_facts(report):
             "executor_answers": ["University of Kansas", "", "Lawrence, Kansas"],
         },
     }
-    got = report.delegations(row)
+    got = delegations.delegations(row)
     # The first task is the question verbatim (F1 1.0); the others share few tokens with it. The third
     # executor's answer matches a gold alias exactly; the final answer "lawrence." normalises to "lawrence",
     # which no executor said word for word. The second executor said nothing; task 2 does not name task 1's
@@ -112,8 +119,8 @@ def test_coda_delegations_are_counted_from_the_eval_rows_facts(report):
         "hop1_f1": None,
         "hop2_f1": None,
     }
-    assert report.delegations({**row, "prediction": "Lawrence, Kansas"})["passed_on"] is True
-    assert report.delegations({"question": "q", "facts": None}) == {}  # a flat agent's row
+    assert delegations.delegations({**row, "prediction": "Lawrence, Kansas"})["passed_on"] is True
+    assert delegations.delegations({"question": "q", "facts": None}) == {}  # a flat agent's row
 
 
 def test_the_report_tables_codas_delegations(report, tmp_path):
@@ -170,25 +177,27 @@ def _coda_row(question, tasks, said, golds=("x",), prediction=""):
     }
 
 
-def test_a_coda_row_is_scored_against_its_questions_hop_plan(report):
+def test_a_coda_row_is_scored_against_its_questions_hop_plan(delegations, report):
     plan = [("Tomas Vale",), ("Oslo",)]  # recipes.plans: per delegation, the answers its sub-question expects
     chained = _coda_row(
         RED_KITE,
         ["Who is the director of film Red Kite?", "Where was Tomas Vale born?"],
         ["Tomas Vale", "Oslo, Norway"],
     )
-    got = report.delegations(chained, plan)
+    got = delegations.delegations(chained, plan)
     # Neither task restates the question (token F1 0.67 and 0.46 < 0.8); task 2 names task 1's answer; hop 1's
     # answer is exact, hop 2's "oslo norway" against "oslo": P 1/2, R 1, F1 2/3; no executor came back empty.
     assert got["restated"] == 0 and got["chained"] is True and got["empty_answers"] == 0
     assert got["planned"] == 2 and got["hop1_f1"] == 1.0 and got["hop2_f1"] == pytest.approx(2 / 3)
     # The question delegated whole, its executor silent: restated, no chain to judge, both hops 0 (hop 2 was
     # never delegated).
-    whole = report.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan)
+    whole = delegations.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan)
     assert (whole["restated"], whole["chained"], whole["empty_answers"]) == (1, None, 1)
     assert (whole["hop1_f1"], whole["hop2_f1"]) == (0.0, 0.0)
     # An empty first answer chains nothing (the empty string is in every task).
-    unchained = report.delegations(_coda_row(RED_KITE, ["Who directed Red Kite?", "Where was he born?"], ["", "X"]))
+    unchained = delegations.delegations(
+        _coda_row(RED_KITE, ["Who directed Red Kite?", "Where was he born?"], ["", "X"])
+    )
     assert unchained["chained"] is False and unchained["empty_answers"] == 1
     assert (unchained["planned"], unchained["hop1_f1"], unchained["hop2_f1"]) == (0, None, None)  # no plan
     # A four-task plan (bridge_comparison): hop 1 = the first two sub-questions, hop 2 = the last two.
@@ -197,28 +206,28 @@ def test_a_coda_row_is_scored_against_its_questions_hop_plan(report):
         ["Who directed Green Door?", "Who directed Red Kite?", "When was Ann Bell born?", "When was Bo Ek born?"],
         ["Ann Bell", "Bo Ek", "1950", "1961"],
     )
-    got = report.delegations(four, [("Ann Bell",), ("Bo Ek",), ("1950",), ("1960",)])
+    got = delegations.delegations(four, [("Ann Bell",), ("Bo Ek",), ("1950",), ("1960",)])
     assert got["chained"] is False  # "ann bell" is not in "who directed red kite"
     assert (got["planned"], got["hop1_f1"], got["hop2_f1"]) == (4, 1.0, 0.5)
 
 
-def test_hierarchy_stats_by_hand(report):
+def test_hierarchy_stats_by_hand(delegations, report):
     plan = [("Tomas Vale",), ("Oslo",)]
     rows = [
-        report.delegations(
+        delegations.delegations(
             _coda_row(RED_KITE, ["Who is the director of film Red Kite?", "Where was Tomas Vale born?"],
                       ["Tomas Vale", "Oslo, Norway"]),
             plan,
         ),
-        report.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan),
-        report.delegations(
+        delegations.delegations(_coda_row(RED_KITE, [RED_KITE], [""]), plan),
+        delegations.delegations(
             _coda_row("Which came first, Red Kite or Blue Sky?", ["When was Red Kite released?",
                       "When was Blue Sky released?"], ["1999", ""]),
             [("1999",), ("2001",)],
         ),
     ]  # fmt: skip
     rows = [{**row, "f1": f1} for row, f1 in zip(rows, [1.0, 0.0, 0.5], strict=True)]
-    st = report.hierarchy_stats(rows)
+    st = delegations.hierarchy_stats(rows)
     # 5 tasks over 3 questions, 2 of them split; 1 of 5 tasks restates; of the 2 split questions one chains;
     # hop 1: (1 + 0 + 1) / 3; hop 2: (2/3 + 0 + 0) / 3; empty executors: 2 of 5 tasks.
     assert st["questions"] == 3 and st["planned"] == 3
