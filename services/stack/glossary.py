@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         problems = check()
-        print("\n".join(problems) or "the glossary describes every metric")
+        sys.stdout.write("\n".join(problems or ["the glossary describes every metric"]) + "\n")
         return 1 if problems else 0
     sys.stdout.write(render())
     return 0

@@ -125,13 +125,19 @@ def pack(seqs: list[TrainSeq], token_budget: int, row_tokens: int | None = None)
     if not seqs:
         return []
     field_names = sorted(seqs[0].fields)
-    longest = max(len(s.tokens) for s in seqs)
-    if longest > token_budget:
-        log.warning("sequence longer than the micro-batch budget", extra={"tokens": longest, "budget": token_budget})
+    longest = longest_within(seqs, token_budget)
     cap = min(row_tokens or longest, token_budget)
     ordered = sorted(seqs, key=lambda s: (-len(s.tokens), s.index))
     rows, used = fill_rows(ordered, [len(s.tokens) for s in ordered], cap)
     return [_batch([rows[j] for j in g], used[g[0]], field_names, packed=True) for g in row_groups(used, token_budget)]
+
+
+def longest_within(seqs: list[TrainSeq], token_budget: int) -> int:
+    """The longest sequence's length, with a warning when it exceeds the budget (it is never truncated)."""
+    longest = max(len(s.tokens) for s in seqs)
+    if longest > token_budget:
+        log.warning("sequence longer than the micro-batch budget", extra={"tokens": longest, "budget": token_budget})
+    return longest
 
 
 def fill_rows(units: list, sizes: list[int], cap: int) -> tuple[list[list], list[int]]:

@@ -21,10 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from services.trainer.packing import MicroBatch, Slots, TrainSeq, fill_rows, pad_row, row_groups
-from shared.log import get_logger
-
-log = get_logger(__name__)
+from services.trainer.packing import MicroBatch, Slots, TrainSeq, fill_rows, longest_within, pad_row, row_groups
 
 
 @dataclass
@@ -152,9 +149,7 @@ def pack_shared(seqs: list[TrainSeq], token_budget: int, min_prefix: int = 8) ->
     if not seqs:
         return []
     field_names = sorted(seqs[0].fields)
-    longest = max(len(s.tokens) for s in seqs)
-    if longest > token_budget:
-        log.warning("sequence longer than the micro-batch budget", extra={"tokens": longest, "budget": token_budget})
+    longest = longest_within(seqs, token_budget)
     roots = _roots(seqs, max(token_budget, longest), min_prefix)
     # A row is as long as the largest tree (or sequence), no longer: attention on CPU computes the whole
     # row × row square, masked or not, so rows stay as short as the units they must hold.
