@@ -63,6 +63,7 @@ from bench._qa_delegations import delegations, expected_results  # noqa: E402
 from bench._qa_report import write_report  # noqa: E402
 from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
 from recipes import get_agent  # noqa: E402
+from recipes.coda import CoDAParams  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
 from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
 from services.trainer.config import TrainerSettings  # noqa: E402
@@ -96,7 +97,7 @@ def check_env(recipe: str, env: dict[str, str]) -> None:
             if not name.startswith(prefix):
                 continue
             key = name.removeprefix(prefix).lower()
-            if key not in settings.model_fields:
+            if key not in settings.model_fields and key not in settings.moved_keys:  # an agent's knob: flat spelling
                 raise SystemExit(f"{name}: {settings.__name__} has no setting {key!r} (recipe {recipe})")
             try:
                 settings.load(recipe, **{key: value})
@@ -110,7 +111,7 @@ def coda_reward(recipe: str, env: dict[str, str]) -> str:
     before the recipes made the per-role one their default)."""
     rollout = RolloutSettings.load(recipe, reward_mode=env.get("CODA_ROLLOUT_REWARD_MODE"))
     trainer = TrainerSettings.load(recipe, role_baseline=env.get("CODA_TRAINER_ROLE_BASELINE"))
-    return f"{rollout.reward_mode} / {trainer.role_baseline}"
+    return f"{CoDAParams.of(rollout).reward_mode} / {trainer.role_baseline}"
 
 
 def searcher_adapter(root: Path, dataset: str, source: str, seed: int) -> Path:

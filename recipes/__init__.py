@@ -5,22 +5,25 @@ an experiment's TOML file (``configs/*.toml``) that names one. The package keeps
 recipes name reward functions by module path (``recipes.rewards...:fn``), so renaming it would break them.
 
 ``AGENTS`` maps an agent's name to its ``Agent`` entry (``RECIPES`` is the old name of the same mapping). It is
-collected from this package's modules: a module that defines ``AGENTS = (Agent(...), ...)`` is an agent module,
-so adding an agent touches that module (and a recipe in ``configs/`` that uses it) and nothing else. Its knobs, if
-any, are an ``AgentParams`` model in the same module, added to ``RolloutSettings``'s bases.
+collected from the modules of ``AGENT_MODULES``, each of which defines ``AGENTS = (Agent(...), ...)``: adding an
+agent is one module (its protocol, knobs, demonstration format, reward and metric, see ``recipes.base``) and one
+line in that list (and a recipe in ``configs/`` that uses it). The rollout's settings take each module's knobs
+from the list (``agent_params``); make-sft calls the agent's demonstration format.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from recipes.base import Agent, AgentParams
     from recipes.core.context import AgentContext, Episode
     from recipes.datasets import PromptRecord
+
+# The agent modules, each holding one agent protocol (or a few variants of one) whole.
+AGENT_MODULES = ("search_r1", "coda", "naive_rag", "tool_agent", "recursive_reasoner", "single_turn")
 
 # From recipes.base, imported on first use.
 _BASE = ("AgentParams", "Agent", "Scoring", "episode_reward", "load_reward")
@@ -31,14 +34,21 @@ def _collect() -> dict[str, Agent]:
     # On first use, not at import: ``recipes.answers`` alone (the retriever's eval imports it) must not pull in
     # every agent.
     found: dict[str, Agent] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.ispkg or info.name == "base":
-            continue
-        for agent in getattr(importlib.import_module(f"{__name__}.{info.name}"), "AGENTS", ()):
+    for module in AGENT_MODULES:
+        for agent in importlib.import_module(f"{__name__}.{module}").AGENTS:
             if agent.name in found:
                 raise RuntimeError(f"two agents are named {agent.name!r}")
             found[agent.name] = agent
     return found
+
+
+def agent_params() -> dict[str, type[AgentParams]]:
+    """Every agent module's knobs by their recipe table (``[rollout.<table>]``), in the list's order."""
+    tables: dict[str, type[AgentParams]] = {}
+    for agent in _collect().values():
+        if agent.params is not None and tables.setdefault(agent.params.table, agent.params) is not agent.params:
+            raise RuntimeError(f"two params models name the table {agent.params.table!r}")
+    return tables
 
 
 def __getattr__(name: str) -> object:
@@ -66,10 +76,12 @@ async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Ep
 
 __all__ = [
     "AGENTS",
+    "AGENT_MODULES",
     "RECIPES",
     "Agent",
     "AgentParams",
     "Scoring",
+    "agent_params",
     "episode_reward",
     "get_agent",
     "get_recipe",

@@ -7,8 +7,14 @@ services its episodes reach, the roles it trains and its default answer metric. 
 "recipe" elsewhere means the experiment's TOML file, ``configs/*.toml``.)
 
 An agent's own knobs (CoDA's executor budget and reward weights, …) are an ``AgentParams`` model in the agent's
-module, defaults and descriptions included. The rollout's settings inherit them all, so each is still a flat
-``[rollout]`` key (and ``CODA_ROLLOUT_…`` variable, and ``--flag``); the agent reads its own with ``of(settings)``.
+module, defaults and descriptions included, named by its recipe table (``table``): the rollout's settings hold one
+field per table, built from the agent list, so CoDA's are ``[rollout.coda]`` keys (``CODA_ROLLOUT_CODA__…``
+variables). Their older flat spellings (``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS``,
+``--executor-max-turns``) still set them (``shared.settings``: ``moved_keys``). The agent reads its own with
+``of(settings)``.
+
+An agent's demonstrations, what make-sft writes for its SFT, are a ``DemoFormat`` in the agent's module
+(``recipes.core.demonstrations`` holds what every format shares); make-sft only calls it.
 
 Rewards are named ``package.module:function`` (``[rollout] reward``) and loaded once at start-up. Two kinds:
 - a plain function ``f(completion: str, gold: list[str], row: dict) -> float | dict[str, float]``: the policy's
@@ -25,13 +31,16 @@ import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict
 
 from recipes.core.context import AgentContext, Episode
 from recipes.datasets import PromptRecord
 from recipes.rewards.result import RewardResult
+
+if TYPE_CHECKING:
+    from recipes.core.demonstrations import DemoFormat
 
 AgentFn = Callable[[AgentContext, PromptRecord], Awaitable[Episode]]
 SERVICES = frozenset({"retriever", "searcher", "frozen"})
@@ -42,15 +51,19 @@ class Embedder(Protocol):
 
 
 class AgentParams(BaseModel):
-    """Base of one agent's knobs; subclass it beside the agent and add it to ``RolloutSettings``'s bases."""
+    """Base of one agent module's knobs: subclass it beside the agent, name its recipe table (``table``) and give
+    it to the module's ``Agent`` entries (``params=``); the rollout's settings then hold it as ``[rollout.<table>]``."""
 
     model_config = ConfigDict(extra="forbid")
+    table: ClassVar[str]  # its recipe table under [rollout] and its field of the rollout's settings
 
     @classmethod
     def of(cls, settings: Any) -> Self:
-        """This agent's knobs as ``settings`` hold them: the rollout's settings, or any object with some of the
-        attributes (a test's stand-in; the ones it lacks take their defaults)."""
-        # A copy of just these fields, also when ``settings`` is the rollout's (an instance of every params class).
+        """This agent's knobs as ``settings`` hold them: the rollout's settings (their ``table`` field), or any
+        object with some of the flat attributes (a test's stand-in; the ones it lacks take their defaults)."""
+        own = getattr(settings, cls.table, None)
+        if isinstance(own, cls):
+            return own
         return cls.model_validate({n: getattr(settings, n) for n in cls.model_fields if hasattr(settings, n)})
 
 
@@ -85,7 +98,8 @@ class Agent:
     metric: str = "em"  # default answer metric (``[rollout] answer_metric`` replaces it)
     combine: GroupCombine | None = None  # a group-level re-combination of the rewards' components
     answer_extras: Callable[[PromptRecord, str | None], dict[str, float]] | None = None  # more eval scores
-    demonstrations: str | None = None  # make-sft's --format for its SFT demonstrations (search, coda); None: none
+    params: type[AgentParams] | None = None  # its own knobs, [rollout.<params.table>]; None: none
+    demonstrations: DemoFormat | None = None  # what make-sft writes for its SFT; None: it has none
     description: str = ""
 
     def __post_init__(self) -> None:

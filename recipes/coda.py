@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -44,7 +44,9 @@ from recipes.rewards.result import RewardResult
 
 
 class CoDAParams(AgentParams):
-    """CoDA's own knobs, [rollout] keys (coda and red-coda read them)."""
+    """CoDA's own knobs, [rollout.coda] keys (coda and red-coda read them)."""
+
+    table: ClassVar[str] = "coda"
 
     executor_max_turns: int = Field(3, ge=1, description="Action turns of each CoDA executor")
     format_weight: float = Field(0.1, description="CoDA format-term weight")
@@ -192,6 +194,7 @@ _CODA = dict(
     needs=frozenset({"retriever"}),
     roles=("planner", "executor"),
     metric="f1",
+    params=CoDAParams,
     demonstrations="coda",
 )
 AGENTS = (

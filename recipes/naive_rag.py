@@ -14,7 +14,7 @@ from recipes.base import Agent
 from recipes.core.context import AgentContext, Episode, SearchTrace
 from recipes.datasets import PromptRecord
 from recipes.prompts import rag_messages
-from recipes.single_turn import complete_once
+from recipes.single_turn import SingleTurnParams, complete_once
 
 
 async def run_naive_rag(ctx: AgentContext, record: PromptRecord) -> Episode:
@@ -33,6 +33,7 @@ AGENTS = (
         reward="recipes.single_turn:reward",  # the answer metric alone: there is no protocol to score
         needs=frozenset({"retriever"}),
         metric="f1",
+        params=SingleTurnParams,  # its stop strings
         demonstrations="rag",  # make-sft: the passages and the question, then the answer alone
         description="top-k passages for the question, one answer turn (a baseline of bench/qa.py)",
     ),

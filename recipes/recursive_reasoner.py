@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -30,7 +31,9 @@ from recipes.rewards.similarity import subproblem_independence
 
 
 class RecursiveReasonerParams(AgentParams):
-    """The recursive reasoner's own knobs, [rollout] keys."""
+    """The recursive reasoner's own knobs, [rollout.recursive_reasoner] keys."""
+
+    table: ClassVar[str] = "recursive_reasoner"
 
     worker_max_tokens: int = Field(256, ge=1, description="Tokens per frozen-worker call (recursive reasoner)")
     token_budget: int = Field(1000, ge=1, description="Recursive reasoner: tokens at which efficiency hits 0")
@@ -129,6 +132,7 @@ AGENTS = (
         needs=frozenset({"frozen"}),
         roles=("planner",),
         answer_extras=numeric,
+        params=RecursiveReasonerParams,
         description="a JSON planner decomposes math problems for a frozen worker",
     ),
 )

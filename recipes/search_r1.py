@@ -9,6 +9,7 @@ answer, the policy's own action text and the ``<information>`` observations only
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -23,7 +24,9 @@ from recipes.rewards.result import RewardResult
 
 
 class SearchR1Params(AgentParams):
-    """The thinker-searcher's own knob, a [rollout] key (search-r1 has none)."""
+    """The thinker-searcher's own knob, a [rollout.search_r1] key (search-r1 has none)."""
+
+    table: ClassVar[str] = "search_r1"
 
     searcher_max_turns: int | None = Field(
         None,
@@ -124,6 +127,7 @@ AGENTS = (
         reward="recipes.search_r1:reward",
         needs=frozenset({"searcher"}),
         roles=("thinker",),
+        params=SearchR1Params,
         demonstrations="search",
         description="a trained Thinker delegates searches to the frozen searcher service",
     ),

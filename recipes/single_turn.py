@@ -1,12 +1,15 @@
 """Single-turn: one completion of the prompt, no tools (the plain GRPO task: a prompt, a completion, a reward).
 
 The prompt is the row's prompt field rendered as one user turn by the model's chat template (with the recipe's
-``system_prompt`` before it when set, as for every agent); generation stops at EOS, at ``[rollout] stop`` strings
-(``SingleTurnParams``; naive-rag's one turn too) or at ``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the
-gold answers with the answer metric; a user reward (``[rollout] reward = "module:function"``) replaces it.
+``system_prompt`` before it when set, as for every agent); generation stops at EOS, at the
+``[rollout.single_turn] stop`` strings (``SingleTurnParams``; naive-rag's one turn too) or at
+``max_tokens_per_turn``. The completion is the episode's answer. The default reward scores it against the gold
+answers with the answer metric; a user reward (``[rollout] reward = "module:function"``) replaces it.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -21,7 +24,9 @@ from recipes.rewards.result import RewardResult
 
 
 class SingleTurnParams(AgentParams):
-    """The one-turn agents' own knob, a [rollout] key: single-turn's and naive-rag's stop strings."""
+    """The one-turn agents' own knob, a [rollout.single_turn] key: single-turn's and naive-rag's stop strings."""
+
+    table: ClassVar[str] = "single_turn"
 
     stop: list[str] = Field(default_factory=list, description="single-turn, naive-rag: stop strings (EOS always stops)")
 
@@ -59,6 +64,7 @@ AGENTS = (
         "single-turn",
         run_single_turn,
         reward="recipes.single_turn:reward",
+        params=SingleTurnParams,
         description="one completion per prompt, no tools; bring your own reward",
     ),
 )

@@ -13,7 +13,7 @@ of ``ToolAgentParams``.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -38,7 +38,9 @@ FINAL_REPLY_NUDGE = "\nNo more tool calls are available. Reply with your answer 
 
 
 class ToolAgentParams(AgentParams):
-    """The tool agent's own knobs, [rollout] keys: how its reward's components combine."""
+    """The tool agent's own knobs, [rollout.tool_agent] keys: how its reward's components combine."""
+
+    table: ClassVar[str] = "tool_agent"
 
     tool_reward_weights: dict[str, float] = Field(
         default_factory=lambda: {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
@@ -152,6 +154,7 @@ AGENTS = (
         reward="recipes.tool_agent:reward",
         needs=frozenset({"retriever"}),
         combine=combine_group,
+        params=ToolAgentParams,
         description="chat-template tool calls to a search tool",
     ),
 )

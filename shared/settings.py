@@ -8,6 +8,12 @@ staleness bound, the sampling temperature, stream and key names) are written onc
 service takes the ones it uses (``shared_keys``: shared name → its own field), and its own table wins where
 both set one. ``contract()`` is the pipeline contract as a service holds it.
 
+A field that is a model of its own is a nested table (``[rollout.coda]``, env ``CODA_ROLLOUT_CODA__KEY``, flag
+``--coda JSON``). Keys that moved into one keep their old flat spelling (``moved_keys``: old key → its table):
+``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS`` and ``--executor-max-turns`` set
+``coda.executor_max_turns``, each at its own precedence. One place (the recipe, the environment, the command line)
+that sets a key both ways is an error naming both.
+
     class RetrieverSettings(ServiceSettings):
         model_config = service_config("CODA_RETRIEVER_")
         toml_section: ClassVar[str] = "retriever"
@@ -92,6 +98,50 @@ class TomlSectionSource(PydanticBaseSettingsSource):
         return dict(self.values)
 
 
+class MovedKeys(PydanticBaseSettingsSource):
+    """Another source's values with the old flat keys of nested tables moved into their tables; for the
+    environment, also the old flat variables (``PREFIX<KEY>``), which the environment source no longer reads."""
+
+    def __init__(
+        self, settings_cls: type[ServiceSettings], source: PydanticBaseSettingsSource, where: str, env: bool = False
+    ) -> None:
+        super().__init__(settings_cls)
+        self.source, self.where, self.env = source, where, env
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ answers for the whole source
+
+    def _old_variables(self) -> dict[str, Any]:
+        cls = self.settings_cls
+        prefix = cls.model_config.get("env_prefix", "").lower()
+        env = {k.lower(): v for k, v in os.environ.items()}
+        out = {}
+        for key, table in cls.moved_keys.items():
+            raw = env.get(prefix + key)
+            if raw is not None:
+                field = cls.model_fields[table].annotation.model_fields[key]
+                out[key] = _parse_cli_value(raw, field)
+        return out
+
+    def __call__(self) -> dict[str, Any]:
+        values = dict(self.source())
+        if self.env:
+            values.update(self._old_variables())
+        section = self.settings_cls.toml_section
+        for key, table in self.settings_cls.moved_keys.items():
+            if key not in values:
+                continue
+            nested = dict(values.get(table) or {})
+            if key in nested:
+                raise ValueError(
+                    f"{self.where} sets {key!r} twice: flat (the old [{section}] key) and in [{section}.{table}]; "
+                    f"keep the [{section}.{table}] one"
+                )
+            nested[key] = values.pop(key)
+            values[table] = nested
+        return values
+
+
 class ServiceSettings(BaseSettings):
     """Subclass per service; set ``model_config = service_config(PREFIX)`` and ``toml_section``."""
 
@@ -99,6 +149,7 @@ class ServiceSettings(BaseSettings):
     toml_section: ClassVar[str] = "common"
     shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
     contract_fields: ClassVar[dict[str, str]] = {}  # pipeline contract field → this service's field
+    moved_keys: ClassVar[dict[str, str]] = {}  # an old flat key → the nested table (a model field) it moved into
 
     def contract_values(self) -> dict[str, Any]:
         """The fields of the pipeline contract this service holds, under the contract's names."""
@@ -117,8 +168,15 @@ class ServiceSettings(BaseSettings):
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
     ):
         recipe = _recipe.get() or os.environ.get(RECIPE_ENV)
+        toml = TomlSectionSource(settings_cls, recipe, cls.toml_section, cls.shared_keys)
         # First wins: command line (init kwargs) > environment > recipe > defaults.
-        return init_settings, env_settings, TomlSectionSource(settings_cls, recipe, cls.toml_section, cls.shared_keys)
+        if not cls.moved_keys:
+            return init_settings, env_settings, toml
+        return (
+            MovedKeys(settings_cls, init_settings, "the command line"),
+            MovedKeys(settings_cls, env_settings, "the environment", env=True),
+            MovedKeys(settings_cls, toml, f"recipe {recipe}"),
+        )
 
     @classmethod
     def load(cls, recipe: str | Path | None = None, **overrides: Any):
@@ -138,7 +196,7 @@ class ServiceSettings(BaseSettings):
         group = parser.add_argument_group(
             f"{cls.toml_section} settings (env prefix {cls.model_config.get('env_prefix', '')})"
         )
-        for name, field in cls.model_fields.items():
+        for name, field in cls._flag_fields().items():
             flag = "--" + name.replace("_", "-")
             default = field.default if field.default is not None else "none"
             group.add_argument(
@@ -150,10 +208,16 @@ class ServiceSettings(BaseSettings):
             )
 
     @classmethod
+    def _flag_fields(cls) -> dict[str, FieldInfo]:
+        """The fields with a flag: every field, and each moved key under its old flat name."""
+        moved = {key: cls.model_fields[table].annotation.model_fields[key] for key, table in cls.moved_keys.items()}
+        return {**cls.model_fields, **moved}
+
+    @classmethod
     def from_args(cls, args: argparse.Namespace):
         """Settings from parsed ``add_arguments`` flags (flags left out fall through to env/recipe/defaults)."""
         overrides = {}
-        for name, field in cls.model_fields.items():
+        for name, field in cls._flag_fields().items():
             raw = getattr(args, f"setting__{name}", None)
             if raw is not None:
                 overrides[name] = _parse_cli_value(raw, field)

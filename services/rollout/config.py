@@ -1,34 +1,45 @@
 """Rollout settings: one pydantic-settings class (env prefix ``CODA_ROLLOUT_``, recipe table ``[rollout]``).
 
-The knobs only one agent reads are defined beside that agent (``recipes.coda.CoDAParams``, …) and inherited
-here, so they are flat ``[rollout]`` keys like the rest.
+The knobs only one agent reads are defined beside that agent (``recipes.coda.CoDAParams``, …): the settings hold
+one field per agent module, typed by its params model and named by its table (``coda`` ← ``[rollout.coda]``,
+``CODA_ROLLOUT_CODA__…``), built from the agent list (``recipes.agent_params``). Their old flat spellings
+(``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS``) still set them (``moved_keys``).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, create_model, field_validator
 
-from recipes import AGENTS, Agent, get_agent, load_reward
+from recipes import AGENTS, Agent, agent_params, get_agent, load_reward
 from recipes.coda import CoDAParams
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord, load_prompts, select_split
 from recipes.recursive_reasoner import RecursiveReasonerParams
-from recipes.search_r1 import SearchR1Params
-from recipes.single_turn import SingleTurnParams
-from recipes.tool_agent import ToolAgentParams
 from shared.contract import contract_field, contract_names
 from shared.server_registry import DEFAULT_PREFIX
 from shared.settings import ServiceSettings, service_config
 
+AGENT_TABLES = agent_params()  # table name → its agent module's params model, from the agent list
 
-# The bases after ServiceSettings are the agents' own knobs (defaults, checks, descriptions), one model per agent.
-class RolloutSettings(
-    ServiceSettings, SearchR1Params, CoDAParams, ToolAgentParams, RecursiveReasonerParams, SingleTurnParams
-):
+
+def _table_doc(params: type) -> str:
+    return (params.__doc__ or "").strip().splitlines()[0]
+
+
+# One field per agent module's knobs; a model made from the list, so that adding an agent edits nothing here.
+_AgentKnobs = create_model(
+    "_AgentKnobs",
+    __base__=ServiceSettings,
+    **{table: (p, Field(default_factory=p, description=_table_doc(p))) for table, p in AGENT_TABLES.items()},
+)
+
+
+class RolloutSettings(_AgentKnobs):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
+    moved_keys: ClassVar[dict[str, str]] = {key: t for t, p in AGENT_TABLES.items() for key in p.model_fields}
     # model_name: the rollout's name of the contract's served_model_name, from before there was one.
     contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="model_name")
     shared_keys: ClassVar[dict[str, str]] = {
@@ -241,10 +252,10 @@ class RolloutSettings(
 
     def budgets(self) -> dict[str, Budget]:
         main = Budget(self.max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)
-        executor = Budget(
-            self.executor_max_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens
-        )
-        worker = Budget(1, self.worker_max_tokens, self.max_obs_tokens, self.max_context_tokens)
+        executor_turns = CoDAParams.of(self).executor_max_turns
+        executor = Budget(executor_turns, self.max_tokens_per_turn, self.max_obs_tokens, self.max_context_tokens)
+        worker_tokens = RecursiveReasonerParams.of(self).worker_max_tokens
+        worker = Budget(1, worker_tokens, self.max_obs_tokens, self.max_context_tokens)
         return {
             "policy": main,
             "planner": main,

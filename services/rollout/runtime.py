@@ -13,6 +13,8 @@ from recipes.core.context import AgentContext
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from recipes.core.searcher_client import AsyncSearcherClient
 from recipes.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
+from recipes.search_r1 import SearchR1Params
+from recipes.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings
 from shared.inference_client import InferenceClient
 from shared.retriever_client import AsyncRetrieverClient
@@ -71,8 +73,8 @@ async def agent_context(
         searcher=searcher,
         budgets=settings.budgets(),
         topk=settings.topk,
-        searcher_max_turns=settings.searcher_max_turns,
-        stop=tuple(settings.stop),
+        searcher_max_turns=SearchR1Params.of(settings).searcher_max_turns,
+        stop=tuple(SingleTurnParams.of(settings).stop),
         env_frame=env_frame(tok, settings.env_turn),
     )
     try:

@@ -84,12 +84,15 @@ def _table(fields: dict[str, FieldInfo]) -> list[str]:
     return rows
 
 
-def _params_bases(cls: type) -> list[type]:
-    """The plain models a settings class inherits its fields from beside its settings base (the rollout's agent
-    knobs: ``recipes.coda.CoDAParams``, …), in the order of its bases."""
-    from pydantic_settings import BaseSettings
+def _tables(cls: type) -> dict[str, type]:
+    """The fields that are nested tables (a model of their own: the rollout's agent knobs, ``[rollout.coda]``, …)."""
+    from pydantic import BaseModel
 
-    return [base for base in cls.__bases__ if not issubclass(base, BaseSettings)]
+    return {
+        name: field.annotation
+        for name, field in cls.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
 
 
 def render() -> str:
@@ -98,14 +101,18 @@ def render() -> str:
     for service, module, name in SETTINGS:
         cls = settings_class(module, name)
         prefix = cls.model_config.get("env_prefix", "")
-        groups = _params_bases(cls)
-        inherited = {key for base in groups for key in base.model_fields}
-        parts.append(f"\n## `[{cls.toml_section}]` — {service} (`{module}.{name}`, env `{prefix}…`)\n")
-        parts += _table({k: f for k, f in cls.model_fields.items() if k not in inherited})
-        if groups:
-            parts.append("\nEach agent's own knobs, defined beside it and set like the keys above:")
-        for base in groups:
-            summary = (base.__doc__ or "").strip().splitlines()[0]
-            parts.append(f"\n### `{base.__module__}.{base.__name__}` — {summary}\n")
-            parts += _table({k: cls.model_fields[k] for k in base.model_fields})
+        tables = _tables(cls)
+        section = cls.toml_section
+        parts.append(f"\n## `[{section}]` — {service} (`{module}.{name}`, env `{prefix}…`)\n")
+        parts += _table({k: f for k, f in cls.model_fields.items() if k not in tables})
+        if tables:
+            parts.append(
+                "\nEach agent's own knobs, defined beside it (its params model), one table per agent module: "
+                f"`[{section}.TABLE] key`, env `{prefix}TABLE__KEY`. The old flat spellings (`[{section}] key`, "
+                f"`{prefix}KEY`, `--key`) still set them; one place that sets a key both ways is an error."
+            )
+        for table, model in tables.items():
+            summary = (model.__doc__ or "").strip().splitlines()[0]
+            parts.append(f"\n### `[{section}.{table}]` — `{model.__module__}.{model.__name__}`: {summary}\n")
+            parts += _table(model.model_fields)
     return "\n".join(parts) + "\n"

@@ -253,7 +253,7 @@ def _episode() -> Episode:
 def test_build_group_gives_each_trajectory_its_own_reward():
     episode = _episode()
     settings = RolloutSettings.load(agent="coda")
-    assert settings.reward_mode == "per_role" and settings.fact_weight == settings.restate_penalty == 1.0
+    assert settings.coda.reward_mode == "per_role" and settings.coda.fact_weight == settings.coda.restate_penalty == 1.0
     reward = score_episode(settings, RECORD, episode, hashing_embed)
     group = build_group(settings, RECORD, [episode], [reward], version=0, timing={})
     assert [s.role for s in group.samples] == ["planner", "executor", "executor"]
@@ -306,7 +306,7 @@ def test_per_role_reward_recipes_give_executors_their_own_baseline(path):
     # No contract between the services carries these two: with role_baseline "inherit" the trainer would copy the
     # planner's advantage onto the executors and their own rewards would go unused.
     table = tomllib.loads(path.read_text())
-    if table["rollout"].get("reward_mode", "per_role") == "per_role":
+    if RolloutSettings.load(path).coda.reward_mode == "per_role":
         assert table["trainer"].get("role_baseline") == "per_role", path.name
 
 

@@ -1,5 +1,6 @@
-"""Every shipped recipe loads into the rollout and searcher settings (unknown keys would be errors), and each
-agent's own knobs, defined beside the agent, are still flat ``[rollout]`` keys and ``CODA_ROLLOUT_`` variables."""
+"""Every shipped recipe loads into the rollout and searcher settings (unknown keys would be errors); each agent's
+own knobs, defined beside the agent, are a nested table of the rollout's settings (``[rollout.coda]``,
+``CODA_ROLLOUT_CODA__…``) built from the agent list, and their old flat keys and variables still set them."""
 
 from __future__ import annotations
 
@@ -9,15 +10,44 @@ from pathlib import Path
 
 import pytest
 
-from recipes import AGENTS, AgentParams
+from recipes import AGENTS, AgentParams, agent_params
 from recipes.coda import CoDAParams
 from recipes.recursive_reasoner import RecursiveReasonerParams
+from recipes.search_r1 import SearchR1Params
 from recipes.single_turn import SingleTurnParams
 from recipes.tool_agent import ToolAgentParams
 from services.rollout.config import RolloutSettings
 from services.searcher.config import SearcherSettings
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"))
+
+# The agents' knobs each shipped recipe set, as they loaded before the knobs moved into nested tables (computed
+# once from the flat-key code; every knob not named here has its default).
+BEFORE = {
+    "coda": {"executor_max_turns": 2},
+    "red-coda": {"executor_max_turns": 2},
+    "smol-coda": {"executor_max_turns": 2},
+    "smol-coda-2wiki": {"executor_max_turns": 2},
+    "smol-coda-hotpotqa": {"executor_max_turns": 2},
+    "smol-thinker-2wiki": {"searcher_max_turns": 2},
+    "smol-thinker-hotpotqa": {"searcher_max_turns": 2},
+    "thinker-searcher": {"searcher_max_turns": 3},
+}
+DEFAULTS = {
+    "searcher_max_turns": None,
+    "executor_max_turns": 3,
+    "format_weight": 0.1,
+    "refine_weight": 0.1,
+    "reward_mode": "per_role",
+    "fact_weight": 1.0,
+    "restate_penalty": 1.0,
+    "tool_reward_weights": {"mrr": 1.0, "answer_similarity": 1.0, "format": 1.0},
+    "reward_combination": "explicit",
+    "worker_max_tokens": 256,
+    "token_budget": 1000,
+    "stop": [],
+}
+PARAMS = (SearchR1Params, CoDAParams, ToolAgentParams, RecursiveReasonerParams, SingleTurnParams)
 
 
 @pytest.fixture
@@ -28,33 +58,80 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
+def _knobs(settings: RolloutSettings) -> dict:
+    return {k: v for p in PARAMS for k, v in p.of(settings).model_dump().items()}
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_recipe_loads(path):
+def test_recipe_loads(path, clean_env):
     rollout = RolloutSettings.load(recipe=path)
     assert rollout.agent in AGENTS and rollout.budgets()["executor"].max_turns >= 1
     assert SearcherSettings.load(recipe=path).max_turns >= 1
+    assert _knobs(rollout) == {**DEFAULTS, **BEFORE.get(path.stem, {})}
 
 
-def test_every_agents_params_are_rollout_settings():
-    """A params model next to an agent that the rollout does not inherit would be knobs nobody can set."""
+def test_every_agents_params_are_a_table_of_the_rollout_settings():
+    """A params model next to an agent that the rollout does not hold would be knobs nobody can set."""
     modules = {sys.modules[agent.run.__module__] for agent in AGENTS.values()}
     found = {v for m in modules for v in vars(m).values() if isinstance(v, type) and issubclass(v, AgentParams)}
-    params = found - {AgentParams}
-    assert {CoDAParams, ToolAgentParams, RecursiveReasonerParams, SingleTurnParams} <= params
-    assert all(issubclass(RolloutSettings, p) for p in params)
+    assert found - {AgentParams} == set(PARAMS) == set(agent_params().values())
+    for table, params in agent_params().items():
+        assert RolloutSettings.model_fields[table].annotation is params
+        assert isinstance(getattr(RolloutSettings.load(), table), params)
 
 
-def test_agent_knobs_keep_their_flat_keys(tmp_path, clean_env):
+def test_agent_knobs_are_nested_tables(tmp_path, clean_env):
     defaults = RolloutSettings.load()
     assert CoDAParams.of(defaults) == CoDAParams() and ToolAgentParams.of(defaults) == ToolAgentParams()
     recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        '[rollout]\nagent = "coda"\n[rollout.coda]\nformat_weight = 0.3\nexecutor_max_turns = 5\n'
+        '[rollout.single_turn]\nstop = ["END"]\n'
+    )
+    clean_env.setenv("CODA_ROLLOUT_TOOL_AGENT__REWARD_COMBINATION", "std")
+    settings = RolloutSettings.load(recipe=recipe, recursive_reasoner={"token_budget": 50})
+    assert settings.coda == CoDAParams(format_weight=0.3, executor_max_turns=5)
+    assert settings.budgets()["executor"].max_turns == 5
+    assert settings.tool_agent.reward_combination == "std"
+    assert settings.recursive_reasoner.token_budget == 50 and settings.single_turn.stop == ["END"]
+    with pytest.raises(ValueError, match="format_wieght"):
+        RolloutSettings.load(coda={"format_wieght": 0.3})
+
+
+def test_old_flat_keys_variables_and_flags_still_set_the_knobs(tmp_path, clean_env):
+    recipe = tmp_path / "r.toml"
     recipe.write_text('[rollout]\nagent = "coda"\nformat_weight = 0.3\nexecutor_max_turns = 5\nstop = ["END"]\n')
     clean_env.setenv("CODA_ROLLOUT_REWARD_COMBINATION", "std")
+    clean_env.setenv("CODA_ROLLOUT_TOOL_REWARD_WEIGHTS", '{"mrr": 2.0}')
     settings = RolloutSettings.load(recipe=recipe, token_budget=50)
-    assert CoDAParams.of(settings) == CoDAParams(format_weight=0.3, executor_max_turns=5)
-    assert settings.budgets()["executor"].max_turns == 5
-    assert ToolAgentParams.of(settings).reward_combination == "std"
-    assert RecursiveReasonerParams.of(settings).token_budget == 50
-    assert SingleTurnParams.of(settings).stop == ["END"]
+    assert settings.coda == CoDAParams(format_weight=0.3, executor_max_turns=5)
+    assert settings.tool_agent == ToolAgentParams(reward_combination="std", tool_reward_weights={"mrr": 2.0})
+    assert settings.recursive_reasoner.token_budget == 50 and settings.single_turn.stop == ["END"]
     with pytest.raises(ValueError, match="format_wieght"):
         RolloutSettings.load(format_wieght=0.3)
+
+
+def test_each_place_keeps_its_precedence_across_the_two_spellings(tmp_path, clean_env):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[rollout.coda]\nexecutor_max_turns = 5\nformat_weight = 0.3\n")
+    clean_env.setenv("CODA_ROLLOUT_EXECUTOR_MAX_TURNS", "2")  # the old variable beats the recipe's new table
+    settings = RolloutSettings.load(recipe=recipe, format_weight=0.7)  # the command line beats both
+    assert (settings.coda.executor_max_turns, settings.coda.format_weight) == (2, 0.7)
+    clean_env.setenv("CODA_ROLLOUT_CODA__EXECUTOR_MAX_TURNS", "4")
+    with pytest.raises(ValueError, match=r"the environment sets 'executor_max_turns' twice.*\[rollout.coda\]"):
+        RolloutSettings.load(recipe=recipe)
+    clean_env.delenv("CODA_ROLLOUT_CODA__EXECUTOR_MAX_TURNS")
+    both = tmp_path / "both.toml"
+    both.write_text("[rollout]\nformat_weight = 0.2\n[rollout.coda]\nformat_weight = 0.3\n")
+    with pytest.raises(ValueError, match="sets 'format_weight' twice"):
+        RolloutSettings.load(recipe=both)
+
+
+def test_old_flags_reach_the_nested_tables(clean_env):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    RolloutSettings.add_arguments(parser)
+    args = parser.parse_args(["--executor-max-turns", "4", "--tool-agent", '{"reward_combination": "l2"}'])
+    settings = RolloutSettings.from_args(args)
+    assert settings.coda.executor_max_turns == 4 and settings.tool_agent.reward_combination == "l2"
