@@ -155,7 +155,8 @@ class Bench:
         settings = settings.model_copy(update={"train_timeout_s": max(settings.train_timeout_s, JOB_TIMEOUT_S)})
         env = ARMS[method].env
         agent = env.get("CODA_ROLLOUT_AGENT") or read_recipe(recipe)["rollout"]["agent"]
-        layout = Layout.for_run(run, settings, get_agent(agent).demonstrations or "search")
+        demos = get_agent(agent).demonstrations
+        layout = Layout.for_run(run, settings, demos.name if demos else "search")
         layout = dataclasses.replace(layout, evals=run / "eval")  # model, index, demonstrations: cached, shared
         run.mkdir(parents=True, exist_ok=True)
         with environment(env):  # the stack reads the agent (and its demonstrations) as its services will

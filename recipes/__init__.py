@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from recipes.base import Agent, AgentParams
     from recipes.core.context import AgentContext, Episode
+    from recipes.core.demonstrations import DemoFormat
     from recipes.datasets import PromptRecord
 
 # The agent modules, each holding one agent protocol (or a few variants of one) whole.
@@ -70,6 +71,30 @@ def get_agent(name: str) -> Agent:
 get_recipe = get_agent  # the old name, for user code written against it
 
 
+def demo_formats() -> dict[str, DemoFormat]:
+    """The agents' demonstration formats by name (make-sft's ``--format``: search, coda, rag), in the list's order."""
+    formats: dict[str, DemoFormat] = {}
+    for agent in _collect().values():
+        fmt = agent.demonstrations
+        if fmt is not None and formats.setdefault(fmt.name, fmt) is not fmt:
+            raise RuntimeError(f"two demonstration formats are named {fmt.name!r}")
+    return formats
+
+
+def demo_format(name: str) -> DemoFormat:
+    """The demonstration format of the agent ``name``, or the format named ``name``; a ``ValueError`` naming the
+    known ones otherwise (also for an agent without demonstrations)."""
+    agent = _collect().get(name)
+    fmt = agent.demonstrations if agent is not None else demo_formats().get(name)
+    if fmt is None:
+        with_demos = sorted(n for n, a in _collect().items() if a.demonstrations is not None)
+        raise ValueError(
+            f"no demonstrations for {name!r}; agents with some: {', '.join(with_demos)}; "
+            f"formats: {', '.join(demo_formats())}"
+        )
+    return fmt
+
+
 async def run_episode(agent: str, ctx: AgentContext, record: PromptRecord) -> Episode:
     return await get_agent(agent).run(ctx, record)
 
@@ -82,6 +107,8 @@ __all__ = [
     "AgentParams",
     "Scoring",
     "agent_params",
+    "demo_format",
+    "demo_formats",
     "episode_reward",
     "get_agent",
     "get_recipe",

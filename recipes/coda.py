@@ -21,22 +21,45 @@ baseline (``[trainer] role_baseline = "per_role"``: with ``inherit`` they copy t
 their rewards are only logged). ``shared`` is upstream CoDA's, the ablation arm: ``(6·F1 − 3)`` of the
 planner's answer plus format and refine terms (``recipes.rewards.formulas.coda_reward``), one value for the
 planner and every executor it spawned. The knobs: ``CoDAParams``.
+
+Demonstrations (make-sft's ``coda`` format): per question, the executor's (``<search>`` → ``<documents>`` (mask
+0) → ``<refine>`` quoting the retrieved sentence that holds the answer → ``<answer>``) and the planner's
+(``<task>`` → ``<result>`` with the executor's answer (mask 0) → ``<answer>``), so co-training teaches the
+format the CoDA loop runs (upstream CoDA's SFT data never used ``<task>``; ``docs/upstream.md``). With a hop plan
+that knows what each hop asks (2Wiki's evidence triples, ``--hops supporting``) the planner delegates one
+sub-question per hop, one per turn, each to its own executor whose documents hold that hop's expected result; a
+question the data splits is never taught as a restated task. Otherwise the question is delegated whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from recipes.answers import normalize_answer
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
+from recipes.core.demonstrations import (
+    Demo,
+    DemoFormat,
+    Question,
+    Search,
+    Style,
+    Writer,
+    Written,
+    assemble,
+    question_search,
+    record,
+)
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord
-from recipes.plans import plan_for_record
+from recipes.plans import HopPlan, plan_for_record
 from recipes.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
 from recipes.rewards.formulas import ExecutorRun, coda_reward
 from recipes.rewards.peco import RESTATES, ExecutorTurns, peco_reward
@@ -188,6 +211,109 @@ def per_role_reward(episode: Episode, scoring: Scoring, params: CoDAParams) -> R
     )
 
 
+# ---------------------------------------------------------------- demonstrations
+THOUGHTS = {
+    "executor search": "I need to search for this.",
+    "delegate": "One fact settles this; I will ask for it.",
+    "delegate first": "I will ask for the first fact.",
+    "delegate next": "I will ask for the next fact.",
+    "conclude": "The helper found the answer.",
+}
+
+
+def evidence(passages: Sequence[str], answer: str, shown: str | None = None) -> str:
+    """The retrieved sentence that contains the answer (else the first one), among those ``shown``."""
+    sentences = [x.strip() for p in passages for x in re.split(r"(?<=[.!?])\s+|\n", p) if x.strip()]
+    sentences = [x for x in sentences if shown is None or x in shown] or sentences
+    for sentence in sentences:
+        if answer.lower() in sentence.lower():
+            return sentence
+    return sentences[0] if sentences else ""
+
+
+def executor_demonstration(tok, task: str, search: Search, answer: str, style: Style = Style()) -> Demo:
+    """A CoDA executor: one search for its task, the sentence that answers it, the answer."""
+    ids, shown = style.observation(tok, "documents", search.text)
+    refine = evidence(search.passages, answer, shown)
+    return assemble(
+        tok,
+        [
+            (tok.render(executor_messages(task)), 0),
+            (tok.encode(f"{style.thought(THOUGHTS['executor search'])}<search> {search.query} </search>"), 1),
+            (ids, 0),
+            (tok.encode(f"<refine> {refine} </refine>\n<answer> {answer} </answer>"), 1),
+        ],
+    )
+
+
+def planner_demonstration(
+    tok, question: str, delegations: Sequence[tuple[str, str]], gold: str, style: Style = Style()
+) -> Demo:
+    """A CoDA planner: each ``(task, its executor's answer)`` in its own turn (a rollout's turn ends at the first
+    ``</task>``), then the answer."""
+    pieces = [(tok.render(planner_messages(question)), 0)]
+    for n, (task, result) in enumerate(delegations):
+        key = "delegate" if len(delegations) == 1 else "delegate first" if n == 0 else "delegate next"
+        pieces.append((tok.encode(f"{style.thought(THOUGHTS[key])}<task> {task} </task>"), 1))
+        pieces.append((style.observation(tok, "result", result)[0], 0))
+    pieces.append((tok.encode(f"{style.thought(THOUGHTS['conclude'])}<answer> {gold} </answer>"), 1))
+    return assemble(tok, pieces)
+
+
+def _delegations(w: Writer, q: Question) -> list[dict]:
+    """An executor per sub-question whose documents hold its expected result (that result is its answer), then,
+    when every sub-question's did, the planner that delegated them one per turn and answers the question with the
+    last executor's answer (a gold answer or an alias of one): the planner learns to pass it on."""
+    out, delegations, searches = [], [], []
+    for sub in q.plan.tasks:
+        search = q.search(sub.task)
+        shown = f" {normalize_answer(w.style.observation(w.tok, 'documents', search.text)[1])} "
+        answer = next((a for a in sub.answers if normalize_answer(a) and f" {normalize_answer(a)} " in shown), None)
+        if answer is None:
+            continue
+        demo = executor_demonstration(w.tok, sub.task, search, answer, w.style)
+        out.append(record(q.row, "executor", demo, answer, [search]))
+        delegations.append((sub.task, answer))
+        searches.append(search)
+    if len(delegations) < len(q.plan.tasks):
+        return out
+    last = delegations[-1][1]
+    golds = q.golds
+    final = last if q.plan.kind == "bridge" and normalize_answer(last) in map(normalize_answer, golds) else golds[0]
+    planner = planner_demonstration(w.tok, q.text, delegations, final, w.style)
+    return [*out, record(q.row, "planner", planner, final, searches)]
+
+
+def write_demonstrations(w: Writer, q: Question) -> Written:
+    """A row's demonstrations: one sub-question per hop where its plan knows them, else the question delegated
+    whole (executor and planner), when its documents back the answer."""
+    if q.plan is not None and q.plan.tasks:
+        # A question the data splits is never taught as a restated task: without every hop, no planner
+        # demonstration (the executors whose hop did find its result still teach searching for it).
+        demos = _delegations(w, q)
+        return Written(demos, ("planned", "kept" if any(d["role"] == "planner" for d in demos) else "dropped"))
+    search = question_search(w, q)
+    if search is None:
+        return Written([], ("unsupported",))
+    gold = q.golds[0]
+    executor = executor_demonstration(w.tok, search.query, search, gold, w.style)
+    planner = planner_demonstration(w.tok, q.text, [(search.query, gold)], gold, w.style)
+    records = [record(q.row, "executor", executor, gold, [search]), record(q.row, "planner", planner, gold, [search])]
+    return Written(records, ("restating",))
+
+
+def _hop_queries(plan: HopPlan) -> list[str]:
+    return [t.task for t in plan.tasks]
+
+
+DEMONSTRATIONS = DemoFormat(
+    "coda",
+    write_demonstrations,
+    prompts=lambda: planner_messages("{question}") + executor_messages("{task}"),
+    thoughts=THOUGHTS,
+    hop_queries=_hop_queries,
+)
+
 _CODA = dict(
     run=run_coda,
     reward="recipes.coda:reward",
@@ -195,7 +321,7 @@ _CODA = dict(
     roles=("planner", "executor"),
     metric="f1",
     params=CoDAParams,
-    demonstrations="coda",
+    demonstrations=DEMONSTRATIONS,
 )
 AGENTS = (
     Agent("coda", **_CODA, description="a planner delegates sub-questions to executors that search"),

@@ -4,10 +4,16 @@ and its summary comes back inside ``<information>``; only the Thinker's own toke
 
 Reward: the answer's score (EM by default), with Search-R1's structure-format shaping; it reads the parsed
 answer, the policy's own action text and the ``<information>`` observations only. Knobs: ``SearchR1Params``.
+
+Demonstrations (make-sft's ``search`` format, both agents): ``<search> q </search>`` → ``<information>`` (the real
+retrieved documents, mask 0) per search, then ``<answer> gold </answer>``. One search of the question verbatim;
+with a hop plan (``--hops supporting``) two searches (a bridge question: the question, then the bridge entity; a
+comparison: each compared entity), kept only when each search brought back the paragraph it is for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,6 +21,20 @@ from pydantic import Field
 
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
+from recipes.core.demonstrations import (
+    Demo,
+    DemoFormat,
+    Question,
+    Search,
+    Style,
+    Writer,
+    Written,
+    assemble,
+    question_search,
+    record,
+    supported,
+)
+from recipes.core.tokenizer import INLINE
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord
@@ -100,6 +120,66 @@ async def run_thinker(ctx: AgentContext, record: PromptRecord) -> Episode:
     )
 
 
+# ---------------------------------------------------------------- demonstrations
+THOUGHTS = {
+    "search": "I should look this up.",
+    "search again": "I need one more fact.",
+    "read": "The passages give the answer.",
+}
+
+
+def search_demonstration(tok, question: str, searches: Sequence[Search], gold: str, style: Style = Style()) -> Demo:
+    """Each search and its ``<information>``, in order, then the answer."""
+    pieces = [(tok.render(search_agent_messages(question)), 0)]
+    for n, search in enumerate(searches):
+        thought = style.thought(THOUGHTS["search" if n == 0 else "search again"])
+        pieces.append((tok.encode(f"{thought}<search> {search.query} </search>"), 1))
+        pieces.append((style.observation(tok, "information", search.text)[0], 0))
+    pieces.append((tok.encode(f"{style.thought(THOUGHTS['read'])}<answer> {gold} </answer>"), 1))
+    return assemble(tok, pieces)
+
+
+def demonstration(
+    tok, question: str, gold: str, docs_text: str, think: bool = True, frame: tuple[str, str] = INLINE
+) -> Demo:
+    """The one-search demonstration: the question searched verbatim, its documents, the answer."""
+    return search_demonstration(tok, question, [Search(question.strip(), docs_text)], gold, Style(think, frame))
+
+
+def _two_searches(w: Writer, q: Question) -> list[dict]:
+    """The two-search demonstration of a planned row, or [] when its searches do not show what each hop needs."""
+    searches = [q.search(query) for query in q.plan.queries]
+    shown = [w.style.observation(w.tok, "information", s.text)[1] for s in searches]
+    titles = [s.shown_titles(text) for s, text in zip(searches, shown, strict=True)]
+    # Each search shows the paragraph it is for (a second search that found nothing new is no hop).
+    if not all(set(want) <= set(got) for want, got in zip(q.plan.targets, titles, strict=True)):
+        return []
+    supporting = [t for want in q.plan.targets for t in want]
+    if not supported("".join(shown), q.golds, [t for got in titles for t in got], supporting):
+        return []
+    demo = search_demonstration(w.tok, q.text, searches, q.golds[0], w.style)
+    return [record(q.row, "policy", demo, q.golds[0], searches)]
+
+
+def write_demonstrations(w: Writer, q: Question) -> Written:
+    """A row's demonstration: two searches where its plan allows one, else one search of the question."""
+    demos = _two_searches(w, q) if q.plan is not None else []
+    search = None if demos else question_search(w, q)
+    if search is not None:
+        demo = search_demonstration(w.tok, q.text, [search], q.golds[0], w.style)
+        demos = [record(q.row, "policy", demo, q.golds[0], [search])]
+    return Written(demos, ("kept",) if demos else ("unsupported",))
+
+
+DEMONSTRATIONS = DemoFormat(
+    "search",
+    write_demonstrations,
+    prompts=lambda: search_agent_messages("{question}"),
+    thoughts=THOUGHTS,
+    hop_queries=lambda plan: list(plan.queries),
+)
+
+
 @episode_reward
 def reward(episode: Episode, scoring: Scoring) -> RewardResult:
     return search_r1_reward(
@@ -118,7 +198,7 @@ AGENTS = (
         reward="recipes.search_r1:reward",
         needs=frozenset({"retriever"}),
         roles=("policy",),
-        demonstrations="search",
+        demonstrations=DEMONSTRATIONS,
         description="one policy: think, search the retriever, answer (Search-R1)",
     ),
     Agent(
@@ -128,7 +208,7 @@ AGENTS = (
         needs=frozenset({"searcher"}),
         roles=("thinker",),
         params=SearchR1Params,
-        demonstrations="search",
+        demonstrations=DEMONSTRATIONS,
         description="a trained Thinker delegates searches to the frozen searcher service",
     ),
 )

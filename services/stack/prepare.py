@@ -19,6 +19,7 @@ On a restart of the stack the job finds them all in its volumes and exits at onc
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -45,8 +46,9 @@ BUNDLED_INDEXES = {
 }
 
 
-# The files whose code decides what a demonstration holds (besides the data, the prompts and the settings).
-DEMONSTRATION_CODE = ("recipes/plans.py", "services/trainer/make_sft.py", "services/trainer/demonstrations.py")
+# The files whose code decides what a demonstration holds (besides the data, the prompts, the settings and the
+# agent module that defines the format).
+DEMONSTRATION_CODE = ("recipes/plans.py", "services/trainer/make_sft.py", "recipes/core/demonstrations.py")
 
 
 def content_key(*parts: object) -> str:
@@ -93,8 +95,8 @@ class Layout:
                 evals=run / "eval",
                 source=None,
             )
+        from recipes import demo_format
         from recipes.datasets import REPO_ROOT
-        from services.trainer.demonstrations import prompt_fingerprint
 
         cache = Path(stack.run_root).parent / "cache"
         index_args = next((args for corpus, args in BUNDLED_INDEXES.values() if corpus == stack.corpus), [])
@@ -113,11 +115,12 @@ class Layout:
             *([stack.sft_limit] if stack.sft_limit else []),
             # What the demonstrations show besides the data: after a prompt edit they are made again, never
             # read from a file that holds the old prompt.
-            prompt_fingerprint(sft_format),
+            demo_format(sft_format).fingerprint(),
             stack.sft_hops,
             stack.sft_max_obs_tokens,
             # The code that writes them: a plan or demonstration rule changed means other demonstrations.
             *(REPO_ROOT / f for f in DEMONSTRATION_CODE),
+            Path(inspect.getfile(demo_format(sft_format).write)),
         )
         return cls(
             model=Path(stack.model),
@@ -203,7 +206,7 @@ def index_args(layout: Layout) -> list[str]:
 
 
 def make_sft_args(stack: StackSettings, layout: Layout, retriever_url: str, fmt: str = "search") -> list[str]:
-    """make-sft's arguments; ``fmt``: the agent's demonstration format (``Agent.demonstrations``)."""
+    """make-sft's arguments; ``fmt``: the name of the agent's demonstration format (``Agent.demonstrations``)."""
     return (
         [
             "services.trainer",

@@ -65,7 +65,8 @@ class LocalStack(StackProcesses):
         self.agent = RolloutSettings.load(recipe).agent  # as the rollout will read it: CODA_ROLLOUT_AGENT wins
         self.needs = get_agent(self.agent).needs
         self.retrieves = get_agent(self.agent).reaches_retriever
-        self.demonstrations = get_agent(self.agent).demonstrations  # make-sft's format; None: none
+        demos = get_agent(self.agent).demonstrations
+        self.demonstrations = demos.name if demos else None  # make-sft's format; None: none
         trainer = TrainerSettings.load(recipe)
         self.max_steps = trainer.max_steps  # the recipe's, or CODA_TRAINER_MAX_STEPS
         # A LoRA run never changes the served base weights, so the step-0 eval (of the base model) can run beside

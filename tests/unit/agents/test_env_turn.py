@@ -14,8 +14,7 @@ from recipes.core.tokenizer import CharTokenizer, HFTokenizer, env_frame
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord
 from recipes.prompts import format_documents
-from recipes.search_r1 import reward
-from services.trainer.demonstrations import demonstration
+from recipes.search_r1 import demonstration, reward
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
 
 CLOSE_ASSISTANT = "<|im_end|>\n"

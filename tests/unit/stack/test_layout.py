@@ -77,7 +77,7 @@ def test_a_prompt_edit_makes_the_demonstrations_again(tmp_path, monkeypatch):
     monkeypatch.setattr(prompts, "SEARCH_AGENT_INSTRUCTIONS", prompts.SEARCH_AGENT_INSTRUCTIONS + " Be brief.")
     assert Layout.for_run(tmp_path, stack, "search").sft != before["search"]
     wraps = {**prompts.OBSERVATION_WRAP, "result": ("\n<r>", "</r>\n")}
-    monkeypatch.setattr("services.trainer.demonstrations.OBSERVATION_WRAP", wraps)  # where the demonstrations read it
+    monkeypatch.setattr("recipes.core.demonstrations.OBSERVATION_WRAP", wraps)  # where the demonstrations read it
     assert Layout.for_run(tmp_path, stack, "coda").sft != planner_edit["coda"]
     # Nor does one without the other's demonstration options (two hops, observations cut), nor the reverse.
     one_hop = stack.model_copy(update={"sft_hops": "question", "sft_max_obs_tokens": 0})

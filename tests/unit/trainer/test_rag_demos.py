@@ -3,12 +3,11 @@ rollout that writes the demonstrated answer builds the same ids and mask and sco
 
 from __future__ import annotations
 
-from recipes import run_episode
+from recipes import demo_format, run_episode
 from recipes.base import Scoring
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord
 from recipes.single_turn import reward as single_turn_reward
-from services.trainer.demonstrations import prompt_fingerprint
 from services.trainer.make_sft import build
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 from tests.unit.trainer.test_two_hop_demos import ADA, BRIDGE, MARROW, PEN, AsyncRetriever, Retriever, tok  # noqa: F401
@@ -37,4 +36,4 @@ def test_a_rag_demonstration_needs_passages_that_hold_the_answer(tok):  # noqa: 
 
 
 def test_the_rag_format_has_its_own_cache_key():
-    assert len({prompt_fingerprint(f) for f in ("search", "coda", "rag")}) == 3
+    assert len({demo_format(f).fingerprint() for f in ("search", "coda", "rag")}) == 3

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from recipes.core.demonstrations import Style, supported
 from recipes.core.tokenizer import CharTokenizer
-from services.trainer.demonstrations import Style, demonstration
-from services.trainer.make_sft import build, supported
+from recipes.search_r1 import demonstration
+from services.trainer.make_sft import build
 from services.trainer.sft import SftData
 from shared.protocol.retrieval import RetrievedDocument
 

@@ -13,13 +13,13 @@ import pytest
 from recipes import run_episode
 from recipes.base import Scoring
 from recipes.coda import reward as coda_reward
+from recipes.core.demonstrations import Style
 from recipes.core.tokenizer import HFTokenizer, env_frame
 from recipes.core.turns import Budget
 from recipes.datasets import PromptRecord
 from recipes.plans import plan
 from recipes.prompts import PLANNER_SYSTEM
 from recipes.search_r1 import reward as search_r1_reward
-from services.trainer.demonstrations import Style
 from services.trainer.make_sft import build, coverage_lines
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
