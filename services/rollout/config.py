@@ -29,14 +29,13 @@ def _table_doc(params: type) -> str:
 
 
 # One field per agent module's knobs; a model made from the list, so that adding an agent edits nothing here.
-_AgentKnobs = create_model(
-    "_AgentKnobs",
-    __base__=ServiceSettings,
+AgentKnobs = create_model(
+    "AgentKnobs",
     **{table: (p, Field(default_factory=p, description=_table_doc(p))) for table, p in AGENT_TABLES.items()},
 )
 
 
-class RolloutSettings(_AgentKnobs):
+class RolloutSettings(ServiceSettings, AgentKnobs):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
     moved_keys: ClassVar[dict[str, str]] = {key: t for t, p in AGENT_TABLES.items() for key in p.model_fields}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import pkgutil
 import re
 import sys
 import tomllib
@@ -21,6 +20,7 @@ from importlib.metadata import packages_distributions, requires
 import pytest
 from packaging.requirements import Requirement
 
+from recipes import AGENT_MODULES
 from tests.integration.deploy.project import ROOT, SERVICES
 
 # Lazy imports a service makes only for an optional feature (with the build argument that adds them) or
@@ -87,7 +87,7 @@ RECIPE_REGISTRY = {
     f"recipes.{n}"
     for n in (
         *("AGENTS", "RECIPES", "get_agent", "get_recipe", "run_episode", "AgentParams", "Agent", "Scoring"),
-        *("load_reward", "episode_reward"),
+        *("load_reward", "episode_reward", "agent_params", "demo_format", "demo_formats"),
     )
 }  # copied into every image (the Dockerfiles' COPY lines)
 
@@ -100,8 +100,8 @@ def reachable_third_party(service: str) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        if name in RECIPE_REGISTRY:  # the registry imports every module of the package (no static import names them)
-            todo.extend(f"recipes.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "recipes")]))
+        if name in RECIPE_REGISTRY:  # the registry imports every agent module by name (no static import names them)
+            todo.extend(f"recipes.{m}" for m in AGENT_MODULES)
         path = _module_path(name)
         if path is None:
             continue
