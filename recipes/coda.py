@@ -44,18 +44,7 @@ from pydantic import Field
 from recipes.answers import normalize_answer
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
-from recipes.core.demonstrations import (
-    Demo,
-    DemoFormat,
-    Question,
-    Search,
-    Style,
-    Writer,
-    Written,
-    assemble,
-    question_search,
-    record,
-)
+from recipes.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord
@@ -272,7 +261,7 @@ def _delegations(w: Writer, q: Question) -> list[dict]:
         if answer is None:
             continue
         demo = executor_demonstration(w.tok, sub.task, search, answer, w.style)
-        out.append(record(q.row, "executor", demo, answer, [search]))
+        out.append(q.record("executor", demo, answer, [search]))
         delegations.append((sub.task, answer))
         searches.append(search)
     if len(delegations) < len(q.plan.tasks):
@@ -281,7 +270,7 @@ def _delegations(w: Writer, q: Question) -> list[dict]:
     golds = q.golds
     final = last if q.plan.kind == "bridge" and normalize_answer(last) in map(normalize_answer, golds) else golds[0]
     planner = planner_demonstration(w.tok, q.text, delegations, final, w.style)
-    return [*out, record(q.row, "planner", planner, final, searches)]
+    return [*out, q.record("planner", planner, final, searches)]
 
 
 def write_demonstrations(w: Writer, q: Question) -> Written:
@@ -292,13 +281,13 @@ def write_demonstrations(w: Writer, q: Question) -> Written:
         # demonstration (the executors whose hop did find its result still teach searching for it).
         demos = _delegations(w, q)
         return Written(demos, ("planned", "kept" if any(d["role"] == "planner" for d in demos) else "dropped"))
-    search = question_search(w, q)
+    search = w.question_search(q)
     if search is None:
         return Written([], ("unsupported",))
     gold = q.golds[0]
     executor = executor_demonstration(w.tok, search.query, search, gold, w.style)
     planner = planner_demonstration(w.tok, q.text, [(search.query, gold)], gold, w.style)
-    records = [record(q.row, "executor", executor, gold, [search]), record(q.row, "planner", planner, gold, [search])]
+    records = [q.record("executor", executor, gold, [search]), q.record("planner", planner, gold, [search])]
     return Written(records, ("restating",))
 
 

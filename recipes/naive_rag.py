@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from recipes.answers import extract_answer
 from recipes.base import Agent
 from recipes.core.context import AgentContext, Episode, SearchTrace
-from recipes.core.demonstrations import Demo, DemoFormat, Question, Writer, Written, assemble, question_search, record
+from recipes.core.demonstrations import Demo, DemoFormat, Question, Writer, Written, assemble
 from recipes.datasets import PromptRecord
 from recipes.prompts import rag_messages
 from recipes.single_turn import SingleTurnParams, complete_once
@@ -39,12 +39,12 @@ def rag_demonstration(tok, question: str, docs: Sequence[tuple[str, str]], gold:
 
 
 def write_demonstrations(w: Writer, q: Question) -> Written:
-    search = question_search(w, q, whole=True)  # naive RAG shows its passages whole
+    search = w.question_search(q, whole=True)  # naive RAG shows its passages whole
     if search is None:
         return Written([], ("unsupported",))
     docs = [(d.title, d.text) for d in q.found[q.text]]
     demo = rag_demonstration(w.tok, q.text, docs, q.golds[0])
-    return Written([record(q.row, "policy", demo, q.golds[0], [search])], ("kept",))
+    return Written([q.record("policy", demo, q.golds[0], [search])], ("kept",))
 
 
 DEMONSTRATIONS = DemoFormat(

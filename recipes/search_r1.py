@@ -21,19 +21,7 @@ from pydantic import Field
 
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
 from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
-from recipes.core.demonstrations import (
-    Demo,
-    DemoFormat,
-    Question,
-    Search,
-    Style,
-    Writer,
-    Written,
-    assemble,
-    question_search,
-    record,
-    supported,
-)
+from recipes.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble, supported
 from recipes.core.tokenizer import INLINE
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -158,16 +146,16 @@ def _two_searches(w: Writer, q: Question) -> list[dict]:
     if not supported("".join(shown), q.golds, [t for got in titles for t in got], supporting):
         return []
     demo = search_demonstration(w.tok, q.text, searches, q.golds[0], w.style)
-    return [record(q.row, "policy", demo, q.golds[0], searches)]
+    return [q.record("policy", demo, q.golds[0], searches)]
 
 
 def write_demonstrations(w: Writer, q: Question) -> Written:
     """A row's demonstration: two searches where its plan allows one, else one search of the question."""
     demos = _two_searches(w, q) if q.plan is not None else []
-    search = None if demos else question_search(w, q)
+    search = None if demos else w.question_search(q)
     if search is not None:
         demo = search_demonstration(w.tok, q.text, [search], q.golds[0], w.style)
-        demos = [record(q.row, "policy", demo, q.golds[0], [search])]
+        demos = [q.record("policy", demo, q.golds[0], [search])]
     return Written(demos, ("kept",) if demos else ("unsupported",))
 
 

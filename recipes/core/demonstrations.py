@@ -88,6 +88,16 @@ class Writer:
     style: Style = Style()
     keep_unsupported: bool = False
 
+    def question_search(self, q: Question, whole: bool = False) -> Search | None:
+        """The question searched verbatim, when what the demonstration shows of its documents (``whole``: all of
+        them; else the observation as the rollout cuts it) backs a gold answer, or ``keep_unsupported``; else
+        None."""
+        search = q.search(q.text)
+        shown = search.text if whole else self.style.observation(self.tok, "information", search.text)[1]
+        if self.keep_unsupported or supported(shown, q.golds, search.shown_titles(shown), q.supporting):
+            return search
+        return None
+
 
 @dataclass(frozen=True)
 class Question:
@@ -112,6 +122,19 @@ class Question:
 
     def search(self, query: str) -> Search:
         return Search.of(query, self.found[query])
+
+    def record(self, role: str, demo: Demo, answer: str, searches: Sequence[Search]) -> dict:
+        """One line of make-sft's file: a demonstration of this row."""
+        ids, mask = demo
+        return {
+            "id": self.row.get("id"),
+            "role": role,
+            "token_ids": ids,
+            "loss_mask": mask,
+            "doc_ids": [i for s in searches for i in s.doc_ids],
+            "queries": [s.query for s in searches],
+            "answer": answer,
+        }
 
 
 @dataclass(frozen=True)
@@ -164,20 +187,6 @@ def assemble(tok, pieces: list[tuple[list[int], int]]) -> Demo:
     return ids, mask
 
 
-def record(row: dict, role: str, demo: Demo, answer: str, searches: Sequence[Search]) -> dict:
-    """One line of make-sft's file."""
-    ids, mask = demo
-    return {
-        "id": row.get("id"),
-        "role": role,
-        "token_ids": ids,
-        "loss_mask": mask,
-        "doc_ids": [i for s in searches for i in s.doc_ids],
-        "queries": [s.query for s in searches],
-        "answer": answer,
-    }
-
-
 def supported(docs_text: str, golds: list[str], titles: list[str], supporting: list[str]) -> bool:
     """True when the retrieved documents back the gold answer: the answer occurs in them, or for a yes/no
     question, a supporting title was retrieved. So a demonstration never answers from nowhere."""
@@ -185,13 +194,3 @@ def supported(docs_text: str, golds: list[str], titles: list[str], supporting: l
     if any(normalize_answer(g) in ("yes", "no") for g in golds):
         return bool(set(titles) & set(supporting))
     return any(f" {normalize_answer(g)} " in text for g in golds if normalize_answer(g))
-
-
-def question_search(w: Writer, q: Question, whole: bool = False) -> Search | None:
-    """The question searched verbatim, when what the demonstration shows of its documents (``whole``: all of
-    them; else the observation as the rollout cuts it) backs a gold answer, or ``keep_unsupported``; else None."""
-    search = q.search(q.text)
-    shown = search.text if whole else w.style.observation(w.tok, "information", search.text)[1]
-    if w.keep_unsupported or supported(shown, q.golds, search.shown_titles(shown), q.supporting):
-        return search
-    return None
