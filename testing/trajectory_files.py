@@ -4,26 +4,30 @@
     python -m testing.trajectory_files --max 35       # exit 1 when more than 35 files are on the path
     python -m testing.trajectory_files --json out.json
 
-What runs, in this one process (the tiny-cpu recipe, ``make train``'s, cut to one group and one step): a real
+What runs, in this one process (the tiny-cpu recipe, ``make train``'s, cut to one group per step): a real
 Redis; the real retriever over the bundled lookup corpus (sparse-only, as tiny-cpu serves it) and the real CPU
 inference server with a tiny model, each on a thread; the rollout app's own lifespan
-(``services.rollout.app.build_app``) until one group is in the stream; then ``services.trainer.loop.Trainer``,
-set up and run for one step on that group. The policy's turns are scripted (``testing.fake_llm``): a tiny
-untrained model never searches, and the path of an agent that does is the one that matters. The script searches
-for the question, then answers it, right in every other episode (a group with a reward spread: GRPO trains on
-it). Every completion request is also sent to the real inference server, whose work counts as the servers'.
+(``services.rollout.app.build_app``) until its producer has published two groups; then
+``services.trainer.loop.Trainer``, set up and run for two steps on them. The second group and the second step
+are what is counted (``MEASURED``): the first trajectory also makes what is then kept (the clients of a server,
+the reward function), listed apart. The policy's turns are scripted (``testing.fake_llm``): a tiny untrained
+model never searches, and the path of an agent that does is the one that matters. The script searches for the
+question, then answers it, right in every other episode (a group with a reward spread: GRPO trains on it).
+Every completion request is also sent to the real inference server, whose work counts as the servers'.
 
 What counts: a file under services/, shared/ or recipes/ counts once one of its functions is called on the
 trajectory's behalf (``sys.settrace`` on every thread; module and class bodies never count, nor calls made
 while a module is being imported, so start-up and imports do not):
-- rollout: the producer task (``Producer.run``) and all it starts (its episodes' tasks, its ``to_thread``
-  calls): admission, the prompt, the episode, the reward, encoding and the XADD. Not the rollout's start-up,
-  its background tasks (weight follower, fleet watch) or its HTTP routes;
-- trainer: ``Trainer.run`` for the one step, from the stream read through the optimizer step, but not what the
+- rollout: the producer's own loop (``Producer.run``: admission, the prompt) and the measured group's task
+  (``Producer._group``) with all it starts (its episodes' tasks, its ``to_thread`` calls): the episode, the
+  reward, encoding and the XADD. Not the rollout's start-up, its background tasks (weight follower, fleet
+  watch) or its HTTP routes;
+- trainer: ``Trainer.run``'s measured step, from the stream read through the optimizer step, but not what the
   step makes afterwards (``AFTER_STEP``: the step count, checkpoint and ack, weights publish and admission
   mark, the log record), listed apart;
 - wire: files both ends ran (the message types, the stream);
-- servers: what the inference server and the retriever ran while answering the episodes (their threads).
+- servers: what the inference server and the retriever ran while answering both groups' episodes (their
+  threads).
 The count is rollout + wire + trainer; "with the servers" adds the servers' files.
 """
 
@@ -53,8 +57,9 @@ ROOTS = ("services", "shared", "recipes")
 STAGES = ("rollout", "wire", "trainer")
 # Where the trajectory's part of a training step ends: what these run is the step's output (the step count,
 # checkpoint and ack, weights publish and admission mark, the log record), not the trajectory's way.
-AFTER_STEP = frozenset({"Trainer._finish_step", "Trainer._record", "Trainer._checkpoint", "Publisher.mark"})
-AFTER_STEP |= {"Observer.close"}
+AFTER_STEP = frozenset(
+    {"Trainer._finish_step", "Trainer._record", "Trainer._checkpoint", "Publisher.mark", "Observer.close"}
+)
 CO_OPTIMIZED = 0x1  # a function's code object (module and class bodies lack it)
 ROLLOUT_THREADS = "rollout-executor"  # the rollout loop's to_thread workers (the servers' threads are others)
 POLICY_THREAD = "scripted-policy"  # the scripted policy: a test fake, not a server of the stack
@@ -287,7 +292,7 @@ def build_pieces(work: Path) -> tuple[Path, Path]:
 
     texts = read_texts([LOOKUP / "corpus.jsonl", LOOKUP / "train.jsonl"], limit=600)
     model = build_tiny_model(work / "tiny", texts, size="tiny", seed=0, vocab_size=1024, max_len=2048)
-    rows = sum(1 for _ in (LOOKUP / "corpus.jsonl").open())
+    rows = len((LOOKUP / "corpus.jsonl").read_text().splitlines())
     vectors = work / "vectors.npy"  # given vectors: no encoder to load for a dense side nobody asks
     np.save(vectors, np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32))
     index = work / "index"
@@ -361,8 +366,9 @@ def run(stack: contextlib.ExitStack, work: Path, tracer: Tracer, timeout_s: floa
     retriever_url = stack.enter_context(served(retriever_app(retriever), "retriever"))
     inference = InferenceSettings.load(RECIPE, model=str(model), weights_root=str(work), host="127.0.0.1")
     inference_url = stack.enter_context(served(create_inference_app(inference), "inference"))
-    # One group per step, one at a time: the admission window (max_staleness + 1 steps) holds both groups.
-    shared = {"redis_url": redis_server.url, "groups_per_step": 1}
+    # One group per step, one at a time; the admission window (max_staleness + 1 steps) holds both groups before
+    # the trainer takes any, and the second is fresh enough for the second step.
+    shared = {"redis_url": redis_server.url, "groups_per_step": 1, "max_staleness": MEASURED - 1}
     rollout = RolloutSettings.load(
         RECIPE, retriever_url=retriever_url, tokenizer=str(model), max_running_groups=1, **shared
     )
