@@ -22,9 +22,9 @@ while a module is being imported, so start-up and imports do not):
   (``Producer._group``) with all it starts (its episodes' tasks, its ``to_thread`` calls): the episode, the
   reward, encoding and the XADD. Not the rollout's start-up, its background tasks (weight follower, fleet
   watch) or its HTTP routes;
-- trainer: ``Trainer.run``'s measured step, from the stream read through the optimizer step, but not what the
-  step makes afterwards (``AFTER_STEP``: the step count, checkpoint and ack, weights publish and admission
-  mark, the log record), listed apart;
+- trainer: ``Trainer.run``'s measured step, from the stream read until the optimizer step returns
+  (``OPTIMIZER_STEP``), but not what the step does afterwards (the ledger, step count, checkpoint and ack,
+  weights publish and admission mark, the log record), listed apart;
 - wire: files both ends ran (the message types, the stream);
 - servers: what the inference server and the retriever ran while answering both groups' episodes (their
   threads).
@@ -55,11 +55,12 @@ RECIPE = REPO / "configs" / "tiny-cpu.toml"
 LOOKUP = REPO / "data" / "lookup"
 ROOTS = ("services", "shared", "recipes")
 STAGES = ("rollout", "wire", "trainer")
-# Where the trajectory's part of a training step ends: what these run is the step's output (the step count,
-# checkpoint and ack, weights publish and admission mark, the log record), not the trajectory's way.
-AFTER_STEP = frozenset(
-    {"Trainer._finish_step", "Trainer._record", "Trainer._checkpoint", "Publisher.mark", "Observer.close"}
-)
+# The trainer's steps, told apart by two functions (file, qualname): a step's groups are trained in
+# ``_train_on``, whose return starts the next step (its read); the trajectory's way ends when the optimizer step
+# returns, and what the step does after it (the ledger, step count, checkpoint and ack, weights publish and
+# admission mark, the log record) is the step's output, listed apart.
+STEP = ("services/trainer/loop.py", "Trainer._train_on")
+OPTIMIZER_STEP = ("services/trainer/step.py", "train_step")
 CO_OPTIMIZED = 0x1  # a function's code object (module and class bodies lack it)
 ROLLOUT_THREADS = "rollout-executor"  # the rollout loop's to_thread workers (the servers' threads are others)
 POLICY_THREAD = "scripted-policy"  # the scripted policy: a test fake, not a server of the stack
@@ -122,11 +123,13 @@ class Tracer:
         from services.rollout.producer import Producer
 
         self.prefixes = tuple(str(REPO / root) + os.sep for root in ROOTS)
-        self.seen: dict[str, dict] = {part: {} for part in PARTS}
+        self.seen: dict[str, dict[int, object]] = {part: {} for part in PARTS}  # part → id(code) → code
         self.rollout_open = False  # the rollout's window: its producer, and the servers answering it
         self.trainer_thread: int | None = None  # the trainer's window: its steps, on this thread
-        self.after = 0  # depth inside an AFTER_STEP call
-        self.steps = 0  # the trainer's steps done (``Trainer._train_on`` returned)
+        self.steps = 0  # the trainer's steps done (``STEP`` returned)
+        self.optimizer_steps = 0  # ``OPTIMIZER_STEP`` returned
+        self.stepped = False  # the current step's optimizer step returned: what follows is its output
+        self.boundaries = {str(REPO / file): name for file, name in (STEP, OPTIMIZER_STEP)}
         self.producer, self.group = Producer.run.__code__, Producer._group.__code__
         self.groups = count(1)
         self.group_tasks: dict[int, asyncio.Task] = {}  # the producer's group tasks, by ordinal
@@ -145,38 +148,41 @@ class Tracer:
         return None
 
     def _trainer(self, frame):
-        name = frame.f_code.co_qualname
-        if name in AFTER_STEP:
-            self.after += 1
-            self._note("after_step", frame)
-            return self._local(self._after_left, frame)
-        # Before the measured step: the first's; after it: the run's end (its last checkpoint), not the step's.
-        part = "first" if self.steps < MEASURED - 1 else "trainer" if self.steps == MEASURED - 1 else "after_step"
-        self._note("after_step" if self.after else part, frame)
-        return self._local(self._step_done, frame) if name == "Trainer._train_on" else None
+        code = frame.f_code
+        if self.stepped or self.steps >= MEASURED:
+            part = "after_step"
+        else:
+            part = "trainer" if self.steps == MEASURED - 1 else "first"
+        self._note(part, frame)
+        if self.boundaries.get(code.co_filename) != code.co_qualname:
+            return None
+        return self._until_return(frame, self._optimizer_stepped if code.co_qualname == OPTIMIZER_STEP[1] else None)
 
-    def _local(self, on_return, frame):
-        """A local trace function that only waits for ``frame`` to return."""
+    def _until_return(self, frame, optimizer_stepped):
+        """A local trace function that only waits for ``frame`` (a step, or its optimizer step) to return."""
         frame.f_trace_lines = False
 
         def local(frame, event, arg):
             if event == "return":
-                on_return()
+                if optimizer_stepped is not None:
+                    optimizer_stepped()
+                else:
+                    self.steps += 1
+                    self.stepped = False
             return local
 
         return local
 
-    def _after_left(self) -> None:
-        self.after -= 1
-
-    def _step_done(self) -> None:
-        self.steps += 1
+    def _optimizer_stepped(self) -> None:
+        self.optimizer_steps += 1
+        self.stepped = True
 
     def _note(self, part: str, frame) -> None:
+        # By identity: code objects compare equal by content, and two functions can have the same content.
         code = frame.f_code
-        if code in self.seen[part] or _importing(frame):
+        if id(code) in self.seen[part] or _importing(frame):
             return
-        self.seen[part][code] = None
+        self.seen[part][id(code)] = code  # held, so that its id stays its own
 
     def task_factory(self, loop, coro, context=None):
         """The loop's task factory: the producer's task, and each group's task, runs in a context marked with
@@ -194,7 +200,7 @@ class Tracer:
         parts: dict[str, dict[str, dict[str, int]]] = {}
         for part, codes in self.seen.items():
             files = parts.setdefault(part, {})
-            for code in codes:
+            for code in codes.values():
                 file = Path(code.co_filename).relative_to(REPO).as_posix()
                 files.setdefault(file, {})[code.co_qualname] = _span(code)
         return Measurement(parts, seconds)
@@ -403,6 +409,11 @@ def run(stack: contextlib.ExitStack, work: Path, tracer: Tracer, timeout_s: floa
         tracer.trainer_thread = None
     if state.step != MEASURED:
         raise RuntimeError(f"the trainer made {state.step} optimizer steps of {MEASURED} groups, not {MEASURED}")
+    if (tracer.steps, tracer.optimizer_steps) != (MEASURED, MEASURED):
+        raise RuntimeError(
+            f"the trainer's steps were not seen ({tracer.steps}, {tracer.optimizer_steps}): the "
+            f"functions that tell them apart moved? ({STEP}, {OPTIMIZER_STEP})"
+        )
 
 
 def check(m: Measurement) -> list[str]:
@@ -426,7 +437,7 @@ def check(m: Measurement) -> list[str]:
 
 HEADINGS = {
     "servers": "servers: the inference server and the retriever answering the episodes (in-process threads)",
-    "after_step": "after the step, not counted: the step count, checkpoint, weights publish and mark, log record",
+    "after_step": "after the optimizer step, not counted: ledger, checkpoint and ack, weights publish, log record",
     "first": "the first trajectory only, not counted: lazy set-up (clients made at the first episode or step)",
 }
 

@@ -48,7 +48,7 @@ def test_the_count_is_a_sound_measurement_of_the_path(measured):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="51 files on main at 3cb9988 (71 with the servers): the issue-43 refactors are to bring it to 35",
+    reason="50 files on main at 3cb9988 (70 with the servers): the issue-43 refactors are to bring it to 35",
 )
 def test_one_trajectory_passes_at_most_35_files(measured):
     _, m = measured

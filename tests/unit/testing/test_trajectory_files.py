@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from recipes.answers import exact_match, normalize_answer, token_f1
 from shared.tags import close_tag, open_tag
-from testing.trajectory_files import MEASURED, Measurement, Tracer, render
+from testing.trajectory_files import MEASURED, OPTIMIZER_STEP, REPO, STEP, Measurement, Tracer, render
 
 ANSWERS, TAGS = "recipes/answers.py", "shared/tags.py"
 
@@ -60,41 +60,39 @@ def test_the_producer_and_the_measured_group_are_the_path_the_first_group_is_apa
     assert sorted(tracer.group_tasks) == [0, 1, 2]
 
 
-def _frame(function, qualname: str | None = None) -> SimpleNamespace:
-    code = function.__code__ if qualname is None else function.__code__.replace(co_qualname=qualname)
+def _frame(function, boundary: tuple[str, str] | None = None) -> SimpleNamespace:
+    code = function.__code__
+    if boundary is not None:  # a stand-in for the trainer's step function or its optimizer step
+        code = code.replace(co_filename=str(REPO / boundary[0]), co_qualname=boundary[1])
     return SimpleNamespace(f_code=code, f_back=None, f_trace_lines=True)
 
 
-def test_the_measured_step_is_the_path_what_it_makes_afterwards_is_not():
+def test_the_measured_step_until_its_optimizer_step_is_the_path_what_follows_is_not():
     tracer = Tracer()
     tracer.trainer_thread = threading.get_ident()
 
-    def call(frame) -> None:
+    def call(frame, *inside) -> None:
         local = tracer(frame, "call", None)
+        for nested in inside:
+            call(*nested)
         if local is not None:
             local(frame, "return", None)
 
-    def step(*inside) -> None:
-        train_on = _frame(normalize_answer, "Trainer._train_on")
-        local = tracer(train_on, "call", None)
-        for frame in inside:
-            call(frame)
-        local(train_on, "return", None)
+    def step(*before, after=()) -> None:
+        call(_frame(normalize_answer, STEP), *before, (_frame(token_f1, OPTIMIZER_STEP), *before), *after)
 
-    step(_frame(token_f1))  # the first step: its lazy set-up
-    call(_frame(open_tag))  # the second step's read, before its _train_on
-    finish = _frame(exact_match, "Trainer._finish_step")
-    local = tracer(finish, "call", None)
-    call(_frame(close_tag))  # inside the step count / checkpoint / publish
-    local(finish, "return", None)
-    step()
-    call(_frame(close_tag))  # the run's end
+    call(_frame(exact_match))  # the first step's read
+    step((_frame(exact_match),), after=[(_frame(close_tag),)])  # trained, then its publish (say)
+    call(_frame(open_tag))  # the second step's read
+    step((_frame(normalize_answer),), after=[(_frame(close_tag),)])
+    call(_frame(close_tag))  # the run's end: its last checkpoint
     m = tracer.measurement(0.0)
     assert m.functions(TAGS, ("trainer",)).keys() == {"open_tag"}
-    assert m.functions(ANSWERS, ("first",)).keys() == {"token_f1", "Trainer._train_on"}
-    assert m.functions(TAGS, ("after_step",)).keys() == {"close_tag"}
-    assert "Trainer._finish_step" in m.functions(ANSWERS, ("after_step",))
-    assert tracer.steps == 2 and tracer.after == 0
+    assert m.functions(ANSWERS, ("trainer",)).keys() == {"normalize_answer"}
+    assert m.functions(ANSWERS, ("first",)).keys() == {"exact_match"}
+    assert m.functions("services/trainer/step.py", ("trainer",)).keys() == {"train_step"}
+    assert m.functions(TAGS, ("after_step",)).keys() == {"close_tag"} and not m.files("rollout")
+    assert (tracer.steps, tracer.optimizer_steps, tracer.stepped) == (2, 2, False)
 
 
 def test_stages_wire_and_what_lies_beside_the_path():
