@@ -8,8 +8,9 @@ this module's view of them fresh (who is up, which weight version each serves) a
 The rules, all in ``pick``:
 
 - An episode goes to a server that is up and serves the live policy version (``version >= live``). A server
-  behind it (it joined or restarted after the trainer loaded the live weights) gets no new episode until it
-  caught up: its tokens would be stale, and under LoRA it would not even know the live adapter's name.
+  behind it (the rollout's fleet watch has not loaded the version just announced into it yet, or it joined or
+  restarted since) gets no new episode until it caught up: its tokens would be stale, and under LoRA it
+  would not even know the live adapter's name.
 - Among those, the one with the fewest episodes outstanding (least outstanding requests: an episode is a
   series of requests to one server, so counting episodes counts the server's load); ties go to the server
   that was given fewer episodes so far, then to the lower URL, so the choice is deterministic.
