@@ -203,6 +203,9 @@ class FleetWatch:
             await unload_adapter(client, name)
 
     async def aclose(self) -> None:
+        for task in list(self._syncing.values()):  # loads still running (a watch closed without ``run``)
+            task.cancel()
+        await asyncio.gather(*self._syncing.values(), return_exceptions=True)
         for client in self.clients.values():
             await client.aclose()
 

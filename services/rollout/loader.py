@@ -30,8 +30,8 @@ async def load_weights(
     client: InferenceClient, kind: Literal["lora", "full"], name: str, path: str | Path, version: int | None = None
 ) -> None:
     """Put the weights at ``path`` on ``client``'s server: a LoRA adapter served as ``name``, or full weights
-    (served under the base name, reported as ``version``)."""
-    where = str(Path(path).resolve())
+    (served under the base name, reported as ``version``). ``path`` is the server's: sent as given."""
+    where = str(path)
     if kind == "lora":
         await client.load_lora(name, where)
     else:
@@ -63,11 +63,12 @@ def load_into(
     *,
     timeout_s: float = LOAD_TIMEOUT_S,
 ) -> None:
-    """``load_weights`` for blocking callers (the stack's evals, CLIs): one client, one load, closed."""
+    """``load_weights`` for blocking callers on the server's machine (the stack's evals, CLIs): ``path`` made
+    absolute here; one client, one load, closed."""
 
     async def load() -> None:
         async with InferenceClient(url, timeout=timeout_s) as client:
-            await load_weights(client, kind, name, path, version)
+            await load_weights(client, kind, name, Path(path).resolve(), version)
 
     asyncio.run(load())
 

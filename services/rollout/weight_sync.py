@@ -6,7 +6,8 @@ Two parts, started and stopped together: the ``WeightFollower`` (``services.roll
 The follower's newest event is where the watch finds the live weights.
 
 ``serve`` runs it beside the producer; ``python -m services.rollout sync-weights`` runs it alone, for a
-trainer that runs without episodes from a rollout (tests, benchmarks, a server fed by hand).
+trainer that runs without episodes from a rollout (tests, benchmarks); ``eval`` of the live policy uses it
+once (``serve_live``) to load the last announced version into its server.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Awaitable, Callable
 
 import redis
 
 from recipes.core.llm import PolicyState
 from services.rollout.config import RolloutSettings
+from services.rollout.fleet import normalize
 from services.rollout.fleet_watch import FleetWatch
 from services.rollout.weights import WeightFollower
 from shared.log import get_logger
@@ -66,6 +69,19 @@ class WeightSync:
         await self.watch.refresh()
         if self.on_version is not None:
             await self.on_version(self.state.version)
+
+    async def serve_live(self, url: str, timeout_s: float) -> bool:
+        """Bring the server at ``url`` to the live version (loaded if it is behind) and wait until it serves
+        it, at most ``timeout_s``: an eval of the live policy without a rollout running beside it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            await self.watch.refresh()  # probes, and starts a load into a server behind
+            server = self.fleet.servers.get(normalize(url))
+            if server is not None and server.eligible(self.state.version):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
 
     def tasks(self) -> list[asyncio.Task]:
         """The follower's and the watch's loops, named as ``/health`` reports them."""
