@@ -8,7 +8,8 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
 2. probes each member: ``GET /v1/models`` (open on vLLM and ours) says it is up, and which weight version
    it serves: under LoRA, the newest version whose adapter name (``policy-vN``, from the ``weights`` stream)
    it lists, the base model counting as 0; under full reloads, ``coda_weight_info`` through
-   ``/collective_rpc`` (what the trainer asks too; a server that never loaded weights serves version 0).
+   ``/collective_rpc`` (what the trainer's sync check asks too; a server that never loaded weights serves
+   version 0).
    Where that route is refused (a 4xx: a vLLM without our worker extension, or no control token for a
    remote server) the version cannot be known and the server is taken to serve the live one: the completions
    of our server still report the version that sampled them (``PolicyGenerator``);
@@ -19,7 +20,9 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
    between an announcement and the load the watch makes at once (the announcement wakes it); a server that
    joins or restarts later catches up the same way, and the trainer never knows the fleet. Under LoRA,
    adapters older than the ``keep_adapters`` newest are unloaded from servers the watch loads into
-   (``max_loras`` bounds a server); the trainer deletes their folders.
+   (``max_loras`` bounds a server); the trainer deletes their folders. Several rollout replicas each run a
+   watch: two may load one version into one server at once (a full reload twice, or a LoRA load refused as
+   already loaded and logged); the next probe sees the server serve it either way.
 
 How the rollout knows the live version: the weight follower (``services.rollout.weights``) moves the
 ``PolicyState`` on each ``WeightUpdate``; the fleet reads that state at every pick, so servers not yet probed
