@@ -178,7 +178,12 @@ class FleetWatch:
             return  # a load running, or one that just failed: versions published in quick succession still sync
         task = asyncio.create_task(self._sync(url, event, ids), name=f"sync {url}")
         self._syncing[url] = task
-        task.add_done_callback(lambda _: self._syncing.pop(url, None))
+        self.fleet.set_loading(url, True)
+        task.add_done_callback(lambda _: self._sync_ended(url))
+
+    def _sync_ended(self, url: str) -> None:
+        self._syncing.pop(url, None)
+        self.fleet.set_loading(url, False)
 
     async def _sync(self, url: str, event: WeightUpdate, ids: set[str]) -> None:
         """Load ``event``'s weights into the server at ``url``; a failure is logged and tried again later."""
