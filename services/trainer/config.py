@@ -164,7 +164,12 @@ class TrainerSettings(ServiceSettings):
     )
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
-    keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")
+    keep_weights: int = Field(
+        3,
+        ge=1,
+        description="Published versions kept on disk (older folders are deleted; which adapters stay loaded on "
+        "the servers is the rollout's keep_adapters)",
+    )
 
     # ---------------------------------------------------------------- checkpoints
     checkpoint_dir: str = Field("runs/checkpoints", description="Checkpoint folder")
