@@ -18,12 +18,12 @@ from recipes.core.tokenizer import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
+from services.rollout.fleet import Fleet
 from services.rollout.fleet_runner import FleetRunner
 from services.rollout.fleet_watch import FleetWatch
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
-from shared.inference_client import SyncInferenceClient
 from shared.protocol import TrajectoryGroup, WeightUpdate
 from shared.redis_server import free_port
 from shared.stream import StreamQueue, encode
@@ -164,11 +164,10 @@ async def measure(producer: Producer, meters: Meters, warmup_s: float, window_s:
     }
 
 
-def trainer_publish(llm: SyncInferenceClient, client, settings: RolloutSettings, version: int, path: str) -> None:
-    """What ``services/trainer/publish.py`` does for a LoRA version: load it into its own server, then the
-    version key and the event in one transaction."""
+def trainer_publish(client, settings: RolloutSettings, version: int, path: str) -> None:
+    """What ``services/trainer/publish.py`` does for a LoRA version once the folder is written: the version key
+    and the event in one transaction (it loads nothing into servers: the rollout does)."""
     name = f"policy-v{version}"
-    llm.load_lora(name, path)
     event = WeightUpdate(version=version, kind="lora", model_name=name, path=path, step=version, created_at=time.time())
     pipe = client.pipeline(transaction=True)
     pipe.set(settings.version_key, version)
@@ -176,9 +175,9 @@ def trainer_publish(llm: SyncInferenceClient, client, settings: RolloutSettings,
     pipe.execute()
 
 
-async def all_serve(watch: FleetWatch, version: int, timeout_s: float) -> None:
+async def all_serve(fleet: Fleet, version: int, timeout_s: float) -> None:
     deadline = time.perf_counter() + timeout_s
-    while not all(s.version is not None and s.version >= version for s in watch.fleet.servers.values()):
+    while not all(s.version is not None and s.version >= version for s in fleet.servers.values()):
         if time.perf_counter() > deadline:
             raise TimeoutError(f"the fleet did not reach version {version} in {timeout_s:g} s")
         await asyncio.sleep(0.001)

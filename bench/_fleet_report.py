@@ -134,11 +134,10 @@ def publish_section(rows: list[dict], cfg: dict) -> list[str]:
     lines = [
         "## 2. Weight publish: new version → every server serves it",
         "",
-        f"LoRA events on the weights stream, as the trainer publishes them: it loads the adapter (a fake adapter "
-        f"folder; each fake server takes {_f(cfg['load_ms'], 0)} ms per adapter load) into its own server "
-        "(the fleet's first), then writes the version key and the event. The rollout's `WeightFollower` reads "
-        "the event and wakes the `FleetWatch`, whose sync (`sync_weights = true`) loads the adapter into every "
-        "server behind it; the clock stops when the fleet's view (what `pick` uses) has every server at the "
+        f"LoRA events on the weights stream, as the trainer publishes them: the version key and the event (a "
+        f"fake adapter folder; each fake server takes {_f(cfg['load_ms'], 0)} ms per adapter load). The "
+        "rollout's `WeightFollower` reads the event and wakes the `FleetWatch`, which loads the adapter into "
+        "every server (the trainer loads none); the clock stops when the fleet's view (what `pick` uses) has every server at the "
         "new version. Idle fleet (no episodes running), default `fleet_probe_s` "
         f"({_f(cfg['probe_s'])} s). Versions {_f(cfg['gap_s'])} s apart (more than the watch's "
         f"{_f(cfg['retry_s'], 0)} s between two loads into one server)"

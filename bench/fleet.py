@@ -18,8 +18,8 @@ server the same time.
    largest N). Reported against linear scaling, eps(N) / (N · eps(1)), with the CPU the rollout, the servers,
    Redis and the host used (a 2-core host runs out of CPU before 16 servers do).
 2. Publish: for N = 1 and 4, the time from the trainer's weight event (a LoRA adapter: a fake adapter folder)
-   until the rollout's fleet view has every server at the new version, the rollout loading it into those
-   behind (``sync_weights``).
+   until the rollout's fleet view has every server at the new version, the rollout loading it into every
+   server (the trainer loads none).
 3. Overhead: the fleet at N = 1 against the ``Producer`` built without ``fleet=``, same server and prompts,
    alternating A B B A …, in a rollout-CPU-bound mode (a zero-latency server, many episodes in flight) and a
    latency-bound one (one episode in flight).
@@ -47,12 +47,10 @@ REPO = Path(__file__).resolve().parent.parent
 from bench import _fleet_report as report  # noqa: E402
 from bench._fleet_parts import TOK, Meters, all_serve, measure, rollout, settings_for, spawn_fakes, trainer_publish  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402
-from services.rollout.fleet_watch import SYNC_RETRY_S, FleetWatch  # noqa: E402
+from services.rollout.fleet_watch import SYNC_RETRY_S  # noqa: E402
 from services.rollout.runtime import agent_context  # noqa: E402
-from services.rollout.weights import WeightFollower  # noqa: E402
-from shared.inference_client import SyncInferenceClient  # noqa: E402
+from services.rollout.weight_sync import WeightSync  # noqa: E402
 from shared.redis_server import RedisServer  # noqa: E402
-from shared.retry import RetryPolicy  # noqa: E402
 from testing.serving import wait_healthy  # noqa: E402
 
 
@@ -83,46 +81,30 @@ async def scaling(args, fakes, redis: RedisServer, client) -> list[dict]:
 async def publish_run(args, urls: list[str], redis: RedisServer, client, adapter: str, first: int) -> list[dict]:
     """Versions ``first``, ``first + 1``, … published to a fresh rollout over ``urls``; one sample each."""
     client.flushall()
-    settings = settings_for(urls, redis.url, sync_weights=True)
+    settings = settings_for(urls, redis.url)
     async with agent_context(settings, tok=TOK) as ctx:
-        state = ctx.policy.state
-        watch = FleetWatch.for_settings(settings, state, client, lambda: follower.event)
-
-        async def on_version(version: int) -> None:
-            watch.wake()  # what the app does on a new version
-
-        follower = WeightFollower(
-            client,
-            state,
-            stream=settings.weights_stream,
-            version_key=settings.version_key,
-            admission_key=settings.admission_key,
-            on_version=on_version,
-        )
-        await follower.start()
-        await watch.refresh()
-        tasks = [asyncio.create_task(follower.run()), asyncio.create_task(watch.run())]
-        trainer = SyncInferenceClient(urls[0], retry=RetryPolicy(attempts=1))
+        sync = WeightSync(settings, ctx.policy.state, client)  # what the app runs beside the producer
+        await sync.start()
+        tasks = sync.tasks()
         gaps = [args.gap_s] * args.versions + ([args.fast_gap_s] if args.fast_gap_s else [])
         samples, last = [], -math.inf
         try:
             for k, gap in enumerate(gaps):
                 await asyncio.sleep(max(0.0, last + gap - time.monotonic()))
-                last, t0, loads = time.monotonic(), time.perf_counter(), watch.loads
-                await asyncio.to_thread(trainer_publish, trainer, client, settings, first + k, adapter)
+                last, t0, loads = time.monotonic(), time.perf_counter(), sync.watch.loads
+                await asyncio.to_thread(trainer_publish, client, settings, first + k, adapter)
                 t1 = time.perf_counter()
-                await all_serve(watch, first + k, timeout_s=SYNC_RETRY_S + 30)
+                await all_serve(sync.fleet, first + k, timeout_s=SYNC_RETRY_S + 30)
                 t2 = time.perf_counter()
                 samples.append(
-                    {"event": t2 - t1, "total": t2 - t0, "loads": watch.loads - loads, "fast": k >= args.versions}
+                    {"event": t2 - t1, "total": t2 - t0, "loads": sync.watch.loads - loads, "fast": k >= args.versions}
                 )
                 print(f"publish  N={len(urls)}  v{first + k}  event → all serve {1000 * (t2 - t1):7.1f} ms", flush=True)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            trainer.close()
-            await watch.aclose()
+            await sync.aclose()
     return samples
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+from services.rollout.loader import load_weights, unload_adapter  # noqa: E402
 from shared.inference_client import InferenceClient  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
 
@@ -77,13 +78,13 @@ async def weight_updates(url: str, model_dir: Path, root: Path, adapter: Path, r
     async with InferenceClient(url) as llm:
         for i in range(repeats):
             start = time.perf_counter()
-            await llm.reload_weights(str(full), version=i + 1)
+            await load_weights(llm, "full", "policy", full, version=i + 1)
             timings["full reload"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            await llm.load_lora(f"policy-v{i}", str(adapter))
+            await load_weights(llm, "lora", f"policy-v{i}", adapter)
             timings["LoRA load"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            await llm.unload_lora(f"policy-v{i}")
+            await unload_adapter(llm, f"policy-v{i}")
             timings["LoRA unload"].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in timings.items()}
 

@@ -4,7 +4,8 @@
    side by side in one process: packed rows (samples back to back, no cross-attention) vs one padded row
    per sample. The batch has the length spread of agent trajectories (log-normal, 40–1024 tokens).
 2. Weight-publish latency against the real CPU inference server: full weights (safetensors written
-   atomically + ``/collective_rpc`` reload) and a LoRA adapter (saved + ``/v1/load_lora_adapter``).
+   atomically by the trainer's ``Publisher`` + the rollout loader's ``/collective_rpc`` reload) and a LoRA
+   adapter (saved + ``/v1/load_lora_adapter``).
 3. ``torchrun --nproc_per_node 2`` on CPU (gloo): ZeRO-2 and ZeRO-3 runs of the trainer CLI from Redis.
 
     .venv/bin/python -m bench.trainer                  # writes bench/results/trainer.md
@@ -80,11 +81,22 @@ def bench_packing(model_dir: Path, samples: int, budget: int, repeats: int) -> d
 
 
 def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
+    from services.rollout.loader import load_into, unload_from
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
     from services.trainer.publish import Publisher
     from shared.inference_client import SyncInferenceClient
     from tests.integration.trainer.harness import start_server
+
+    def publish_and_load(pub: Publisher, version: int) -> float:
+        """The trainer's write, then the rollout's load: from save start to served."""
+        start = time.perf_counter()
+        event = pub.publish(version, version)
+        load_into(url, event.kind, event.model_name, event.path, event.version)
+        seconds = time.perf_counter() - start
+        if event.kind == "lora" and version >= 2:  # the server holds max_loras: keep the trainer's window of 2
+            unload_from(url, f"policy-v{version - 2}")
+        return seconds
 
     server, url = start_server(model_dir, work)
     out = {}
@@ -94,10 +106,8 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
             for kind in ("full", "lora"):
                 settings = TrainerSettings(model=str(model_dir), finetune=kind, lora_rank=16)
                 eng = build_engine(settings, init_distributed())
-                pub = Publisher(
-                    eng.engine, str(work / f"w-{kind}"), kind, client, None, "weights", "policy:version", keep=2
-                )
-                seconds = [pub.publish(v, v).publish_seconds for v in range(repeats)]
+                pub = Publisher(eng.engine, str(work / f"w-{kind}"), kind, None, "weights", "policy:version", keep=2)
+                seconds = [publish_and_load(pub, v) for v in range(repeats)]
                 params = sum(p.numel() for p in eng.policy.parameters() if p.requires_grad)
                 out[kind] = {"median_s": statistics.median(seconds), "max_s": max(seconds), "trainable": params}
     finally:
@@ -107,14 +117,15 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
 
 
 def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
-    """2 ranks per run, publishing into the real server with the sync check after every publish."""
+    """2 ranks per run, publishing for the real server (the rollout's weight sync loads each version into it)
+    with the sync check after every publish."""
     import json
 
     from shared.inference_client import SyncInferenceClient
     from shared.protocol import TrajectoryGroup
     from shared.redis_server import RedisServer, free_port
     from shared.stream import StreamQueue
-    from tests.integration.trainer.harness import random_group, start_server, trainer_env
+    from tests.integration.trainer.harness import random_group, start_server, start_weight_sync, trainer_env
 
     out = {}
     server, url = start_server(model_dir, work)
@@ -167,8 +178,14 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
                 "--sync-check",
                 "true",
             ]
+            run.mkdir(parents=True, exist_ok=True)
+            sync = start_weight_sync(redis_server.url, url, run / "weight-sync.log")  # a fresh Redis: a fresh one
             start = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=900)
+            try:
+                proc = subprocess.run(cmd, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=900)
+            finally:
+                sync.terminate()
+                sync.wait(30)
             wall = time.perf_counter() - start
             ok = proc.returncode == 0 and f"trained {steps} steps" in proc.stdout
             version = client.get("policy:version")

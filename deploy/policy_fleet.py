@@ -2,9 +2,9 @@
 
 vLLM has no heartbeat of its own to announce itself in Redis (``shared.server_registry``), so the rollout is
 told the extra servers by name: ``[rollout] inference_urls`` through ``CODA_ROLLOUT_INFERENCE_URLS``. Server 1
-is the compose file's ``policy`` (the trainer loads each new version into it and announces the version); the
-rollout loads the live weights into the others as they fall behind (``[rollout] sync_weights``, README "A fleet
-of policy servers"), with the control token that vLLM takes as its API key.
+is the compose file's ``policy``. The trainer writes and announces each new version; the rollout loads it into
+every server, this one included (README "A fleet of policy servers"), with the control token that vLLM takes
+as its API key.
 
 Each extra server is a copy of ``policy`` (same image, model, flags, volumes) with its own GPU
 (``POLICY_GPU_K``, default K-1), its own host port (``POLICY_HOST_PORT_K``, default 8010+K) and a fraction of

@@ -1,17 +1,31 @@
-"""The admission mark (``AdmissionMark``): the trainer writes it, the rollout reads it, ``AdmissionMarks`` does both.
+"""Admission, decided here once: the rule that bounds how many groups the rollout may start, and the mark
+(``AdmissionMark``) that feeds it. The rollout's one gate (``services.rollout.admission``) applies the rule;
+the trainer writes the mark, the rollout reads it.
 
-Ownership: the mark belongs to the trainer. Only the trainer writes it (its ``Publisher``, with each version
-it publishes and after a step that published none); the rollout only reads it (its ``WeightFollower``, which
-hands ``consumed`` to the admission gate once it serves the mark's version). ``AdmissionMarks`` is the only
-code that touches the key; the rule the mark feeds is ``shared.staleness.admission_limit``.
+The rule: at most ``consumed + (s + 1)·g`` groups may ever have been started (``admission_limit``), where
+``s`` is the contract's ``max_staleness``, ``g`` its ``groups_per_step`` and ``consumed`` the number of
+published groups the trainer had taken when the live version went live (the mark; ``v·g`` at version ``v``
+before the trainer wrote one, which is what it is in a run without restarts). Published plus running groups
+have been started. So no group starts that the trainer could not train within ``s`` versions of the weights
+that sample it, and nothing sampled is thrown away for being stale: it is never started in the first place.
+With ``s = 0`` this is strict on-policy training: one step's worth of groups per version. Counting the groups
+taken, not versions, is what keeps the promise through trainer restarts (retrained steps bump the version
+without taking new groups), foreign groups and steps that trained nothing.
 
-``consumed`` is counted in the rollout's own unit, its publish counter: ``published − undelivered``, where
-``undelivered`` is the number of stream entries the trainer's consumer group has not been served yet
-(``shared.stream.served_count``, which reads both atomically), less the backlog a restarted trainer
-retrains (see ``services.trainer.loop``). Entries served but not yet acknowledged (pending: trained and
-awaiting a checkpoint) count as consumed: they are in the trainer's hands and need no new groups. Foreign
-entries (pushed by anything but the rollout) are not in the counter; while they wait undelivered they make
-``consumed`` smaller (the rollout waits a little longer), and once taken they cost the rollout nothing.
+The mark: only the trainer writes it (``services.trainer.publish``, in the transaction that announces each
+version, and after a step that published none); only the rollout reads it (its ``WeightFollower``, which
+hands ``consumed`` to the gate once it serves the mark's version, so a strict on-policy run never samples
+with weights older than the mark promises). ``AdmissionMarks`` is the only code that touches the key.
+
+``consumed`` (``taken``) is counted in the rollout's own unit, its publish counter: ``published −
+undelivered``, where ``undelivered`` is the number of stream entries the trainer's consumer group has not been
+served yet (``shared.stream.served_count``, which reads both atomically), less the backlog a restarted trainer
+retrains (delivered, but not yet taken: counting it would let the rollout start groups at the resumed version
+that the retraining steps then leave more than ``s`` behind). Entries served but not yet acknowledged
+(pending: trained and awaiting a checkpoint) count as consumed: they are in the trainer's hands and need no
+new groups. Foreign entries (pushed by anything but the rollout) are not in the counter; while they wait
+undelivered they make ``consumed`` smaller (the rollout waits a little longer), and once taken they cost the
+rollout nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +34,26 @@ from typing import Any
 
 from shared.contract import DEFAULT_CONTRACT
 from shared.protocol import AdmissionMark
+from shared.stream import served_count
+
+
+def admission_limit(max_staleness: int, version: int, groups_per_step: int, consumed: int | None = None) -> int:
+    """How many groups may have been started in all: ``consumed + (s + 1)·g`` (``consumed`` unknown: ``v·g``)."""
+    base = version * groups_per_step if consumed is None else consumed
+    return base + (max_staleness + 1) * groups_per_step
+
+
+def admission_capacity(
+    max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int, consumed: int | None = None
+) -> int:
+    """How many more groups may start now: the limit minus ``accepted + running`` (≤ 0: none)."""
+    return admission_limit(max_staleness, version, groups_per_step, consumed) - (accepted + running)
+
+
+def taken(client: Any, stream: str, group: str, counter_key: str, retraining: int = 0) -> int:
+    """The mark's ``consumed``: published groups consumer group ``group`` has been served, less the
+    ``retraining`` backlog a restarted trainer has not taken yet (never below 0)."""
+    return max(0, served_count(client, stream, group, counter_key) - retraining)
 
 
 class AdmissionMarks:
@@ -38,7 +72,7 @@ class AdmissionMarks:
         )
 
     def read(self) -> AdmissionMark | None:
-        """The trainer's last mark, or None when it never wrote one (then the rollout falls back to versions).
+        """The trainer's last mark, or None when it never wrote one (then the rule falls back to versions).
         Raises ``ValueError`` for a value that is not a mark."""
         raw = self.client.get(self.key)
         return None if raw is None else AdmissionMark.model_validate_json(raw)

@@ -37,8 +37,8 @@ class PipelineContract(BaseModel):
 
     served_model_name: str = Field(
         "policy",
-        description="Name the inference server serves the policy under: the rollout samples from it, the trainer "
-        "loads its weights into it",
+        description="Name the inference server serves the policy under: the rollout samples from it (full "
+        "weights replace the ones served under it; a LoRA version is served as policy-vN)",
     )
     # 4, the rollout's former default rather than the trainer's 8: the default agent samples 4 episodes per
     # group, so a step is 16 episodes, which a CPU-only `make train` finishes in a sensible time; a recipe that

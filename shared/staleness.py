@@ -6,10 +6,8 @@ The contract's ``max_staleness`` ``s`` (``shared.contract``) bounds it on both s
 
 - the trainer at version ``v`` trains samples at most ``s`` versions stale (``too_stale``: the others are
   dropped under ``stale_policy = "drop"``);
-- the rollout never starts a group the trainer could not use in time (``admission_limit``): it takes ``g``
-  groups per step, so at most ``consumed + (s + 1)·g`` groups may ever have been started, where
-  ``consumed`` is how many the trainer had taken when the live version was published (its admission mark,
-  ``shared.admission``), ``v·g`` before it wrote one (what it is in a run without restarts).
+- the rollout never starts a group the trainer could not use in time: that rule, admission, lives in
+  ``shared.admission``.
 
 A sample's staleness is that of its oldest trained token (an episode can span a weight update); a group's,
 for the rollout's metrics, that of its oldest sample.
@@ -43,16 +41,3 @@ def token_staleness(sample: Sample, live: int) -> list[float]:
 def group_staleness(group: TrajectoryGroup, live: int) -> int:
     """Staleness of the oldest trained token of any sample of ``group`` (0 when none is trained)."""
     return max((sample_staleness(s, live) for s in group.samples), default=0)
-
-
-def admission_limit(max_staleness: int, version: int, groups_per_step: int, consumed: int | None = None) -> int:
-    """How many groups may have been started in all: ``consumed + (s + 1)·g`` (``consumed`` unknown: ``v·g``)."""
-    base = version * groups_per_step if consumed is None else consumed
-    return base + (max_staleness + 1) * groups_per_step
-
-
-def admission_capacity(
-    max_staleness: int, version: int, groups_per_step: int, accepted: int, running: int, consumed: int | None = None
-) -> int:
-    """How many more groups may start now: the limit minus ``accepted + running`` (≤ 0: none)."""
-    return admission_limit(max_staleness, version, groups_per_step, consumed) - (accepted + running)

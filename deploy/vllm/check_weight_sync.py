@@ -3,7 +3,7 @@
 What the trainer relies on, checked on the server the stack will actually use (vLLM, or our CPU server):
 
 1. ``base``: the served model's sampled-token logprobs equal a forward pass over the same ids;
-2. ``reload``: after ``update_weights_from_path`` (the trainer's full-weight publish: pause, collective_rpc,
+2. ``reload``: after ``update_weights_from_path`` (how the rollout loads a full-weight publish: pause, collective_rpc,
    prefix-cache reset, resume) they equal the forward pass of the *new* weights;
 3. ``lora``: a request naming a hot-loaded adapter gets the adapter's logprobs (``peft`` forward);
 4. ``restore``: reloading the original weights and unloading the adapter gives back step 1's tokens.
@@ -28,6 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from services.rollout.loader import load_into, unload_from  # noqa: E402 (the one way weights get in)
 from shared.inference_client import SyncInferenceClient  # noqa: E402
 
 ADAPTER_NAME = "sync-check"
@@ -100,17 +101,17 @@ class Checker:
     def run(self) -> bool:
         a = self.args
         base_tokens = self.compare("base", self.base, load_reference(a.model))
-        self.client.reload_weights(str(Path(a.weights).resolve()), version=a.version)
+        load_into(a.url, "full", self.base, a.weights, a.version, timeout_s=a.timeout)
         reloaded = self.compare("reload", self.base, load_reference(a.model, a.weights))
         if reloaded == base_tokens:
             print("note: the new weights sampled the same tokens as the old ones; is --weights really different?")
         if a.adapter:
-            self.client.load_lora(ADAPTER_NAME, str(Path(a.adapter).resolve()))
+            load_into(a.url, "lora", ADAPTER_NAME, a.adapter, timeout_s=a.timeout)
             try:
                 self.compare("lora", ADAPTER_NAME, load_reference(a.model, a.weights, a.adapter))
             finally:
-                self.client.unload_lora(ADAPTER_NAME)
-        self.client.reload_weights(str(Path(a.model).resolve()), version=a.version + 1)
+                unload_from(a.url, ADAPTER_NAME, timeout_s=a.timeout)
+        load_into(a.url, "full", self.base, a.model, a.version + 1, timeout_s=a.timeout)
         restored = self.compare("restore", self.base, load_reference(a.model))
         same = restored == base_tokens
         self.rows[-1]["same_tokens_as_base"] = same

@@ -104,10 +104,11 @@ class PolicyState:
 class PolicyGenerator:
     """The trained policy behind an ``InferenceClient``; reads ``state`` at every call.
 
-    A server that reports weights older than the live version restarted and lost them (the trainer loads a
-    version before announcing it, so a healthy server is never behind). Its tokens would be dropped as stale,
-    so the call is repeated until the trainer has loaded the weights again (it checks every few seconds), for
-    at most ``behind_wait_s``; then the tokens go out with the version that sampled them.
+    A server that reports weights older than the version this call asks for restarted and lost them (an
+    episode is given a server only once it serves the live version). Its tokens would be dropped as stale,
+    so the call is repeated, for at most ``behind_wait_s``, while the rollout's fleet watch loads the weights
+    again (it alone loads weights into servers; this only waits); then the tokens go out with the version
+    that sampled them.
     """
 
     def __init__(
@@ -148,7 +149,7 @@ class PolicyGenerator:
                 self.behind = True
                 log.warning(
                     "the inference server serves older weights than the live version (restarted?); "
-                    "waiting for the trainer to load them again",
+                    "waiting for the rollout to load them again",
                     extra={"served": out.weight_version, "live": version},
                 )
             await asyncio.sleep(self.behind_retry_s)

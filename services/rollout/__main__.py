@@ -1,4 +1,4 @@
-"""``python -m services.rollout {serve,eval}`` — the rollout service's command line."""
+"""``python -m services.rollout {serve,eval,sync-weights}`` — the rollout service's command line."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ def parser() -> argparse.ArgumentParser:
         "with defaults)",
     )
     RolloutSettings.add_arguments(ev)
+    sync = sub.add_parser(
+        "sync-weights",
+        help="only the weight sync: follow the weights stream and load every announced version into every "
+        "policy server (a trainer run without a rollout: tests, benchmarks)",
+    )
+    RolloutSettings.add_arguments(sync)
     return p
 
 
@@ -53,6 +59,13 @@ def main(argv: list[str] | None = None) -> None:
         # The table is the command's output (stdout), not a log line.
         print(format_table(result))
         print(f"\n{len(result['rows'])} prompts, {result['failed']} failed, {result['seconds']} s → {path}")
+        return
+    if args.command == "sync-weights":
+        import asyncio
+
+        from services.rollout.weight_sync import run_alone
+
+        asyncio.run(run_alone(settings))
         return
     import uvicorn
 

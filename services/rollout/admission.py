@@ -1,14 +1,9 @@
-"""Staleness by admission: a new group may start only while the trainer can still use it in time.
+"""The rollout's admission gate: a new group starts only while the rule of ``shared.admission`` allows it.
 
-The rule (``shared.staleness.admission_limit``): at most ``consumed + (s + 1)·g`` groups may ever have been
-started, ``s = max_staleness``, ``g`` groups per optimizer step, ``consumed`` the number of published groups
-the trainer had taken when the live version was published (its ``AdmissionMark``; ``v·g`` before it wrote
-one). ``accepted + running`` have been. With ``s = 0`` this is strict on-policy training: exactly one step's
-worth of groups per version.
-
-Counting the groups actually taken, not versions, is what keeps the promise through trainer restarts
-(retrained steps bump the version without taking new groups), foreign groups and steps that trained nothing.
-Nothing sampled is thrown away for being stale: it is never started in the first place.
+The rule and the trainer's mark that feeds it are defined in ``shared.admission`` (the one explanation and
+formula); this module only counts what the rule needs (``accepted``: published groups, ``running``: groups
+started and not finished) and makes episodes wait for a free slot. ``Admission`` is one process's gate;
+``RedisAdmission`` is the same gate shared by several rollout processes.
 """
 
 from __future__ import annotations
@@ -17,8 +12,8 @@ import asyncio
 import contextlib
 import time
 
+from shared.admission import admission_capacity, admission_limit
 from shared.contract import DEFAULT_CONTRACT
-from shared.staleness import admission_capacity, admission_limit
 
 
 class Admission:
@@ -36,7 +31,7 @@ class Admission:
         self.max_staleness, self.groups_per_step = max_staleness, groups_per_step
         self.max_running = max_running
         self.version, self.accepted, self.running = version, accepted, 0
-        self.consumed: int | None = None  # from the trainer's AdmissionMark; None: derived from the version
+        self.consumed: int | None = None  # the trainer's admission mark; None: derived from the version
         self._changed = asyncio.Condition()
 
     @property

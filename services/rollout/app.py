@@ -1,8 +1,8 @@
-"""The rollout service's FastAPI app: the producer and the weight follower run as background tasks.
+"""The rollout service's FastAPI app: the producer and the weight sync run as background tasks (``Runtime``).
 
 Routes: ``/health`` (Redis reachable, producer alive), ``/metrics``, ``GET /status`` (version, admission,
 counts, failures by cause, the fleet of policy servers). Episodes go to the fleet (``services.rollout.fleet``):
-the listed servers and those announced in Redis, kept fresh by ``FleetWatch``.
+the listed servers and those announced in Redis, kept fresh and on the live weights by ``WeightSync``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
 from services.rollout.fleet_runner import FleetRunner
-from services.rollout.fleet_watch import FleetWatch
 from services.rollout.metrics import FleetCollector, RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context
-from services.rollout.weights import WeightFollower
+from services.rollout.weight_sync import WeightSync
 from shared.contract import announce
 from shared.http import create_app
 from shared.log import get_logger
@@ -33,112 +32,115 @@ from shared.stream import StreamQueue
 log = get_logger(__name__)
 
 
+class Runtime:
+    """What one ``serve`` process runs: the admission gate, the weight sync (follower + fleet watch) and the
+    producer, as background tasks. ``start`` builds and starts them (a rollout whose pipeline contract differs
+    from the trainer's refuses to start); ``stop`` cancels and closes them."""
+
+    def __init__(self, settings: RolloutSettings, metrics: RolloutMetrics, *, tok=None) -> None:
+        self.s, self.metrics, self.tok = settings, metrics, tok
+        self.tasks: list[asyncio.Task] = []
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self) -> None:
+        s = self.s
+        self.redis = redis.Redis.from_url(s.redis_url)
+        self._stack.callback(self.redis.close)
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
+        s, client = self.s, self.redis
+        # First of all: a rollout whose pipeline contract differs from the trainer's must not start.
+        await asyncio.to_thread(announce, client, s.contract(), "rollout")
+        records = s.records()
+        ctx = await self._stack.enter_async_context(agent_context(s, tok=self.tok))
+        accepted = int(await asyncio.to_thread(client.get, s.published_key) or 0)
+        self.admission = admission = self._admission(accepted)
+        sync = WeightSync(s, ctx.policy.state, client, on_version=self._on_version, on_consumed=admission.set_consumed)
+        self._stack.push_async_callback(sync.aclose)
+        fleet_metrics = FleetCollector(sync.fleet.status)
+        self.metrics.registry.register(fleet_metrics)
+        self._stack.callback(self.metrics.registry.unregister, fleet_metrics)
+        await sync.start()
+        if admission.capacity < 0:
+            log.warning(
+                "more groups were published than the trainer has taken; the rollout waits for "
+                "the trainer to catch up (for a fresh run, delete the counter key)",
+                extra={
+                    "key": s.published_key,
+                    "accepted": accepted,
+                    "version": ctx.policy.state.version,
+                    "capacity": admission.capacity,
+                },
+            )
+        runner = FleetRunner(s, ctx, sync.fleet, answers=sync.watch.answers)
+        self._stack.push_async_callback(runner.aclose)
+        self.producer = Producer(
+            s,
+            ctx,
+            publisher=StreamQueue(client, s.stream, TrajectoryGroup, maxlen=s.stream_maxlen),
+            client=client,
+            admission=admission,
+            metrics=self.metrics,
+            embed=make_embedder(s.embedder),
+            prompts=PromptQueue(records, seed=s.seed, epochs=s.epochs),
+            fleet=runner,
+        )
+        # The order /health lists them in: the weights, the producer, the fleet.
+        weights, fleet = sync.tasks()
+        self.tasks = [weights, asyncio.create_task(self.producer.run(), name="producer"), fleet]
+        log.info(
+            "rollout started",
+            extra={
+                "agent": s.agent,
+                "prompts": len(records),
+                "version": ctx.policy.state.version,
+                "accepted": accepted,
+            },
+        )
+
+    def _admission(self, accepted: int) -> Admission:
+        s = self.s
+        if s.admission_scope == "redis":
+            admission = RedisAdmission(
+                self.redis,
+                f"{socket.gethostname()}-{os.getpid()}",
+                s.max_staleness,
+                s.groups_per_step,
+                max_running=s.max_running_groups,
+                published_key=s.published_key,
+            )
+            admission.accepted = accepted
+            return admission
+        return Admission(s.max_staleness, s.groups_per_step, accepted=accepted, max_running=s.max_running_groups)
+
+    async def _on_version(self, version: int) -> None:
+        self.metrics.version.labels("rollout").set(version)
+        await self.admission.set_version(version)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self._stack.aclose()
+
+
 def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
     metrics_holder: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        client = redis.Redis.from_url(settings.redis_url)
-        # First of all: a rollout whose pipeline contract differs from the trainer's must not start.
+        runtime = Runtime(settings, metrics_holder["metrics"], tok=tok)
+        await runtime.start()
+        app.state.producer, app.state.redis, app.state.tasks = runtime.producer, runtime.redis, runtime.tasks
         try:
-            await asyncio.to_thread(announce, client, settings.contract(), "rollout")
-        except BaseException:
-            client.close()
-            raise
-        records = settings.records()
-        async with agent_context(settings, tok=tok) as ctx:
-            accepted = int(await asyncio.to_thread(client.get, settings.published_key) or 0)
-            if settings.admission_scope == "redis":
-                admission = RedisAdmission(
-                    client,
-                    f"{socket.gethostname()}-{os.getpid()}",
-                    settings.max_staleness,
-                    settings.groups_per_step,
-                    max_running=settings.max_running_groups,
-                    published_key=settings.published_key,
-                )
-                admission.accepted = accepted
-            else:
-                admission = Admission(
-                    settings.max_staleness,
-                    settings.groups_per_step,
-                    accepted=accepted,
-                    max_running=settings.max_running_groups,
-                )
-            metrics = metrics_holder["metrics"]
-
-            # The follower below is what knows where the live weights are (for servers behind them).
-            watch = FleetWatch.for_settings(settings, ctx.policy.state, client, lambda: follower.event)
-            fleet_metrics = FleetCollector(watch.fleet.status)
-            metrics.registry.register(fleet_metrics)
-
-            async def on_version(version: int) -> None:
-                watch.wake()  # the servers' versions must be checked against the new one
-                metrics.version.labels("rollout").set(version)
-                await admission.set_version(version)
-
-            follower = WeightFollower(
-                client,
-                ctx.policy.state,
-                stream=settings.weights_stream,
-                version_key=settings.version_key,
-                admission_key=settings.admission_key,
-                on_version=on_version,
-                on_consumed=admission.set_consumed,
-            )
-            await follower.start()
-            await watch.refresh()  # who is there before the first episode asks
-            await on_version(ctx.policy.state.version)
-            if admission.capacity < 0:
-                log.warning(
-                    "more groups were published than the trainer has taken; the rollout waits for "
-                    "the trainer to catch up (for a fresh run, delete the counter key)",
-                    extra={
-                        "key": settings.published_key,
-                        "accepted": accepted,
-                        "version": ctx.policy.state.version,
-                        "capacity": admission.capacity,
-                    },
-                )
-            publisher = StreamQueue(client, settings.stream, TrajectoryGroup, maxlen=settings.stream_maxlen)
-            runner = FleetRunner(settings, ctx, watch.fleet, answers=watch.answers)
-            producer = Producer(
-                settings,
-                ctx,
-                publisher=publisher,
-                client=client,
-                admission=admission,
-                metrics=metrics,
-                embed=make_embedder(settings.embedder),
-                prompts=PromptQueue(records, seed=settings.seed, epochs=settings.epochs),
-                fleet=runner,
-            )
-            app.state.producer, app.state.redis = producer, client
-            tasks = [
-                asyncio.create_task(follower.run(), name="weights"),
-                asyncio.create_task(producer.run(), name="producer"),
-                asyncio.create_task(watch.run(), name="fleet"),
-            ]
-            app.state.tasks = tasks
-            log.info(
-                "rollout started",
-                extra={
-                    "agent": settings.agent,
-                    "prompts": len(records),
-                    "version": ctx.policy.state.version,
-                    "accepted": accepted,
-                },
-            )
-            try:
-                yield
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                await runner.aclose()
-                await watch.aclose()
-                metrics.registry.unregister(fleet_metrics)
-                client.close()
+            yield
+        finally:
+            await runtime.stop()
 
     def task_state(name: str) -> str:
         task = next(t for t in app.state.tasks if t.get_name() == name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, create_model, field_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from recipes import AGENTS, Agent, agent_params, get_agent, load_reward
 from recipes.coda import CoDAParams
@@ -94,17 +94,12 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
         "(refused, dropped, timed out, 502/503/504/429 after the client's retries); the failed try is "
         "discarded whole, then the group fails as an inference outage",
     )
-    sync_weights: bool = Field(
-        True,
-        description="Load the live weights (the path on the weights stream) into a server that is up but "
-        "behind, e.g. one that joined or restarted after the trainer loaded them; needs the control token "
-        "(CODA_CONTROL_TOKEN) for a server on another host. false: such a server waits for someone else to load it",
-    )
     keep_adapters: int = Field(
         3,
         ge=1,
-        description="With sync_weights under LoRA: adapters kept loaded on a server the rollout loads into, "
-        "newest first (the trainer's keep_weights; older ones are unloaded, as a server holds max_loras)",
+        description="Under LoRA: adapters kept loaded on each server (the rollout loads every published version "
+        "into every server, with the control token CODA_CONTROL_TOKEN for one on another host), newest first "
+        "(at most the trainer's keep_weights; older ones are unloaded, as a server holds max_loras)",
     )
     server_wait_s: float = Field(
         30.0,
@@ -213,6 +208,17 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
         description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
         "found on the weights stream; base: model_name as served (also when Redis is down)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_sync_weights(cls, data: object) -> object:
+        """``sync_weights`` is gone rather than ignored: it could turn the only loading of weights off."""
+        if isinstance(data, dict) and "sync_weights" in data:
+            raise ValueError(
+                "sync_weights was removed: the rollout's fleet watch alone loads the published weights into "
+                "every policy server (the trainer no longer does), so it cannot be turned off. Delete the key."
+            )
+        return data
 
     @field_validator("agent")
     @classmethod

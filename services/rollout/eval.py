@@ -26,9 +26,10 @@ from recipes.core.llm import PolicyState
 from recipes.datasets import PromptRecord, question_type
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
+from services.rollout.loader import LOAD_TIMEOUT_S
 from services.rollout.runtime import agent_context
 from services.rollout.scoring import answer_metrics, score_episode, search_metrics
-from services.rollout.weights import WeightFollower
+from services.rollout.weight_sync import WeightSync
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -102,16 +103,25 @@ def trajectories_of(episode: Episode | None) -> list[dict]:
 
 async def follow_live_policy(settings: RolloutSettings, state: PolicyState) -> None:
     """Point ``state`` at the policy the trainer last published (a LoRA run's is an adapter, not the served
-    base model). Without Redis, or before the first publish, the base model is evaluated; the log says which."""
+    base model) and load it into the server if it is behind (the rollout loads weights; no rollout may be
+    running beside the eval). Without Redis, or before the first publish, the base model is evaluated; the log
+    says which."""
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    sync = WeightSync(settings, state, client)
     try:
-        await WeightFollower(client, state, stream=settings.weights_stream, version_key=settings.version_key).start()
+        await sync.start()
+        if state.history and not await sync.serve_live(settings.inference_url, LOAD_TIMEOUT_S):
+            log.warning(
+                "the policy server does not serve the live version: the eval's requests may fail",
+                extra={"server": settings.inference_url, "version": state.version},
+            )
     except redis.RedisError as exc:
         log.warning(
             "Redis unreachable: evaluating the served base model, not the trained policy",
             extra={"model": state.model_name, "error": repr(exc)[:200]},
         )
     finally:
+        await sync.aclose()
         client.close()
     log.info("evaluating", extra={"model": state.model_name, "version": state.version})
 

@@ -8,8 +8,9 @@ this module's view of them fresh (who is up, which weight version each serves) a
 The rules, all in ``pick``:
 
 - An episode goes to a server that is up and serves the live policy version (``version >= live``). A server
-  behind it (it joined or restarted after the trainer loaded the live weights) gets no new episode until it
-  caught up: its tokens would be stale, and under LoRA it would not even know the live adapter's name.
+  behind it (the rollout's fleet watch has not loaded the version just announced into it yet, or it joined or
+  restarted since) gets no new episode until it caught up: its tokens would be stale, and under LoRA it
+  would not even know the live adapter's name.
 - Among those, the one with the fewest episodes outstanding (least outstanding requests: an episode is a
   series of requests to one server, so counting episodes counts the server's load); ties go to the server
   that was given fewer episodes so far, then to the lower URL, so the choice is deterministic.
@@ -23,6 +24,7 @@ moves it and the very next pick already refuses servers behind it, before any pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ class Server:
     episodes: int = 0  # episodes it was given, retried ones included
     failures: int = 0  # episodes that failed here with a transient failure of the server
     member: bool = True  # False once it left (no longer announced): leases still out are released
+    loading: bool = False  # the fleet watch is loading the live weights into it: it takes episodes soon
 
     def eligible(self, live: int) -> bool:
         return self.member and self.up and self.version is not None and self.version >= live
@@ -52,6 +55,7 @@ class Server:
             "episodes": self.episodes,
             "failures": self.failures,
             "static": self.static,
+            "loading": self.loading,
         }
 
 
@@ -65,7 +69,9 @@ class Fleet:
     """Members, leases and waiting for a server. One event loop, no locks.
 
     ``acquire`` leases a server to one episode (``release`` gives it back); it waits while no member may take
-    the episode but one might soon (down, behind or not probed yet), for at most ``timeout_s``.
+    the episode but one might soon (down, behind or not probed yet), for at most ``timeout_s``, and past it
+    while the watch is still loading the live weights into a member: after each announcement every server is
+    behind until its load, and a full reload of a large model can take longer than ``timeout_s``.
     """
 
     def __init__(self, static_urls: Iterable[str], live: Callable[[], int]) -> None:
@@ -96,6 +102,17 @@ class Fleet:
         if version is not None:
             server.version = version
         self._notify()
+
+    def set_loading(self, url: str, loading: bool) -> None:
+        """The watch started (True) or ended (False) a load of the live weights into ``url``."""
+        server = self.servers.get(normalize(url))
+        if server is not None:
+            server.loading = loading
+            self._notify()
+
+    def loading(self, exclude: Collection[str] = ()) -> bool:
+        """Whether a load into a member not in ``exclude`` is under way (worth waiting for)."""
+        return any(s.loading and s.member and s.url not in exclude for s in self.servers.values())
 
     def failed(self, server: Server) -> None:
         """An episode met a transient failure of ``server``: no new episodes there until a probe answers."""
@@ -128,12 +145,12 @@ class Fleet:
                 return server
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
+                if not self.loading(exclude):
+                    return None
+                left = 1.0  # a load under way (the watch bounds it): look again when it ends, or in a second
             self._changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), left)
-            except TimeoutError:
-                return None
 
     def eligible(self) -> list[Server]:
         live = self.live()

@@ -1,4 +1,5 @@
-"""Keeps the fleet's view of its servers fresh, and (``sync_weights``) brings servers behind up to date.
+"""Keeps the fleet's view of its servers fresh and brings servers behind up to date: the one owner of what
+every policy server serves (weights flow one way, DESIGN.md §9).
 
 Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), the watch
 
@@ -7,16 +8,21 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
 2. probes each member: ``GET /v1/models`` (open on vLLM and ours) says it is up, and which weight version
    it serves: under LoRA, the newest version whose adapter name (``policy-vN``, from the ``weights`` stream)
    it lists, the base model counting as 0; under full reloads, ``coda_weight_info`` through
-   ``/collective_rpc`` (what the trainer asks too; a server that never loaded weights serves version 0).
+   ``/collective_rpc`` (what the trainer's sync check asks too; a server that never loaded weights serves
+   version 0).
    Where that route is refused (a 4xx: a vLLM without our worker extension, or no control token for a
    remote server) the version cannot be known and the server is taken to serve the live one: the completions
    of our server still report the version that sampled them (``PolicyGenerator``);
-3. with ``sync_weights``, tells each server that is up but behind to load the live version from the path the
-   trainer announced (the rollout orchestrates its servers, prime-rl's shape): a LoRA adapter under its
-   ``policy-vN`` name, or a full reload, with the control token (``shared.auth``). So a server that joins or
-   restarts later catches up without the trainer knowing the fleet; the trainer still loads its own server
-   before it announces a version, so that one is never behind. Under LoRA, adapters older than the
-   ``keep_adapters`` newest are unloaded from servers the watch loads into (``max_loras`` bounds a server).
+3. tells each server that is up but behind to load the live version from the path the trainer announced
+   (``services.rollout.loader``; the rollout orchestrates its servers, prime-rl's shape): a LoRA adapter under
+   its ``policy-vN`` name, or a full reload, with the control token (``shared.auth``). The trainer only
+   writes and announces, so every server, the one beside the trainer included, is behind for the moment
+   between an announcement and the load the watch makes at once (the announcement wakes it); a server that
+   joins or restarts later catches up the same way, and the trainer never knows the fleet. Under LoRA,
+   adapters older than the ``keep_adapters`` newest are unloaded from servers the watch loads into
+   (``max_loras`` bounds a server); the trainer deletes their folders. Several rollout replicas each run a
+   watch: two may load one version into one server at once (a full reload twice, or a LoRA load refused as
+   already loaded and logged); the next probe sees the server serve it either way.
 
 How the rollout knows the live version: the weight follower (``services.rollout.weights``) moves the
 ``PolicyState`` on each ``WeightUpdate``; the fleet reads that state at every pick, so servers not yet probed
@@ -36,6 +42,7 @@ import redis
 from recipes.core.llm import PolicyState
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import Fleet, Server
+from services.rollout.loader import LOAD_TIMEOUT_S, load_update, unload_adapter
 from shared.inference_client import InferenceClient, InferenceError
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
@@ -45,7 +52,6 @@ from shared.server_registry import announced
 log = get_logger(__name__)
 
 PROBE_TIMEOUT_S = 5.0  # a server that takes longer to list its models is not one to send episodes to
-LOAD_TIMEOUT_S = 300.0  # reading and checking a full checkpoint takes seconds to minutes
 SYNC_RETRY_S = 10.0  # between two loads into one server that failed
 
 
@@ -59,11 +65,10 @@ class FleetWatch:
         servers_key: str,
         every_s: float,
         live_event: Callable[[], WeightUpdate | None] = lambda: None,
-        sync_weights: bool = False,
         keep_adapters: int = 3,
     ) -> None:
         self.fleet, self.state, self.r, self.key, self.every_s = fleet, state, redis_client, servers_key, every_s
-        self.live_event, self.sync_weights, self.keep_adapters = live_event, sync_weights, keep_adapters
+        self.live_event, self.keep_adapters = live_event, keep_adapters
         self.clients: dict[str, InferenceClient] = {}  # probes and loads: one try each, the watch comes again
         self.loads = 0  # versions this watch loaded into servers
         self._wake = asyncio.Event()
@@ -87,7 +92,6 @@ class FleetWatch:
             servers_key=settings.servers_key,
             every_s=settings.fleet_probe_s,
             live_event=live_event,
-            sync_weights=settings.sync_weights,
             keep_adapters=settings.keep_adapters,
         )
 
@@ -147,7 +151,7 @@ class FleetWatch:
         if not was_up:
             log.info("policy server answers", extra={"server": url, "version": version, "live": self.state.version})
         self.fleet.observe(url, up=True, version=version)
-        if self.sync_weights and version < self.state.version:
+        if version < self.state.version:
             self._start_sync(url, ids)
 
     async def _served(self, client: InferenceClient) -> tuple[set[str], int]:
@@ -174,18 +178,21 @@ class FleetWatch:
             return  # a load running, or one that just failed: versions published in quick succession still sync
         task = asyncio.create_task(self._sync(url, event, ids), name=f"sync {url}")
         self._syncing[url] = task
-        task.add_done_callback(lambda _: self._syncing.pop(url, None))
+        self.fleet.set_loading(url, True)
+        task.add_done_callback(lambda _: self._sync_ended(url))
+
+    def _sync_ended(self, url: str) -> None:
+        self._syncing.pop(url, None)
+        self.fleet.set_loading(url, False)
 
     async def _sync(self, url: str, event: WeightUpdate, ids: set[str]) -> None:
         """Load ``event``'s weights into the server at ``url``; a failure is logged and tried again later."""
         client = self._client(url)
         log.info("policy server behind: loading the live weights", extra={"server": url, "version": event.version})
         try:
+            await load_update(client, event)
             if event.kind == "lora":
-                await client.load_lora(event.model_name, event.path)
                 await self._unload_old(client, ids, event.version)
-            else:
-                await client.reload_weights(event.path, event.version)
         except (InferenceError, httpx.HTTPError, ValueError) as exc:
             log.warning(
                 "could not load the live weights into a policy server; trying again later",
@@ -201,12 +208,12 @@ class FleetWatch:
         """Unload the adapters of versions older than the ``keep_adapters`` newest (``max_loras`` is small)."""
         old = {name for v, name in self.state.history if v <= version - self.keep_adapters}
         for name in sorted((old & ids) - {self.state.base_model_name}):
-            try:
-                await client.unload_lora(name)
-            except InferenceError as exc:  # gone already: nothing to free
-                log.info("adapter not unloaded", extra={"adapter": name, "reason": str(exc)[:200]})
+            await unload_adapter(client, name)
 
     async def aclose(self) -> None:
+        for task in list(self._syncing.values()):  # loads still running (a watch closed without ``run``)
+            task.cancel()
+        await asyncio.gather(*self._syncing.values(), return_exceptions=True)
         for client in self.clients.values():
             await client.aclose()
 

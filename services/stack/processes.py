@@ -238,17 +238,17 @@ class StackProcesses:
 
     def load_adapter(self, name: str, path: Path) -> None:
         """Load the LoRA adapter at ``path`` (under the run's folder: the server reads adapters from there)
-        into the inference server, served as ``name``."""
-        from shared.inference_client import SyncInferenceClient
+        into the inference server, served as ``name`` (through the rollout's loader, the one way in)."""
+        from services.rollout.loader import load_into
 
-        SyncInferenceClient(self.url(self.ports.inference)).load_lora(name, str(Path(path).resolve()))
+        load_into(self.url(self.ports.inference), "lora", name, path)
 
     def load_last_adapter(self) -> str:
         """Load the LoRA adapter the trainer published last (the ``weights`` stream) into the inference server
         under its own name, e.g. after ``restart_inference``; returns that name."""
         import redis
 
-        from shared.inference_client import SyncInferenceClient
+        from services.rollout.loader import load_into
         from shared.protocol import WeightUpdate
         from shared.stream import decode
 
@@ -262,7 +262,7 @@ class StackProcesses:
         update = decode(WeightUpdate, last[0][1])
         if update.kind != "lora":
             raise RuntimeError(f"the last publish was {update.kind} weights, not a LoRA adapter")
-        SyncInferenceClient(self.url(self.ports.inference)).load_lora(update.model_name, update.path)
+        load_into(self.url(self.ports.inference), "lora", update.model_name, update.path)
         return update.model_name
 
     def forget_contract(self) -> None:

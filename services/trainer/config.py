@@ -137,15 +137,19 @@ class TrainerSettings(ServiceSettings):
     red_floor: float | None = Field(None, description="Lower clamp of the RED weight (None: 1/G²)")
 
     # ---------------------------------------------------------------- publishing
-    inference_url: str | None = Field(None, description="Inference server to push weights to (None = don't)")
-    served_model: str = contract_field("served_model_name")
-    server_check_s: float = Field(
-        2.0,
-        ge=0,
-        description="How often to ask the inference server which weights it serves; one that restarted "
-        "and lost them gets the last published version again (0: never ask)",
+    inference_url: str | None = Field(
+        None,
+        description="Inference server of the sync check (the trainer loads no weights into servers: the rollout "
+        "loads every published version into every server)",
     )
+    served_model: str = contract_field("served_model_name")
     sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
+    sync_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long the sync check waits for the rollout to load a published version into the "
+        "server before it is skipped with a warning",
+    )
     sync_prompt: list[int] | None = Field(
         None,
         description="Probe prompt token ids of the sync check (default: a fixed question through the model's chat "
@@ -160,7 +164,12 @@ class TrainerSettings(ServiceSettings):
     )
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
-    keep_weights: int = Field(3, ge=1, description="Published versions kept on disk / loaded as adapters")
+    keep_weights: int = Field(
+        3,
+        ge=1,
+        description="Published versions kept on disk (older folders are deleted; which adapters stay loaded on "
+        "the servers is the rollout's keep_adapters)",
+    )
 
     # ---------------------------------------------------------------- checkpoints
     checkpoint_dir: str = Field("runs/checkpoints", description="Checkpoint folder")
@@ -205,7 +214,14 @@ class TrainerSettings(ServiceSettings):
     @model_validator(mode="before")
     @classmethod
     def _older_keys(cls, data: object) -> object:
-        """``skip_zero_advantage`` (a bool) came before ``zero_advantage``: true was today's drop."""
+        """``skip_zero_advantage`` (a bool) came before ``zero_advantage``: true was today's drop.
+        ``server_check_s`` is gone: the rollout alone loads weights into servers, a restarted one included."""
+        if isinstance(data, dict) and "server_check_s" in data:
+            raise ValueError(
+                "server_check_s was removed: the trainer no longer loads weights into the inference server; "
+                "the rollout's fleet watch loads every published version into every server, one that restarted "
+                "included (fleet_probe_s in [rollout] sets how often it looks). Delete the key."
+            )
         if isinstance(data, dict) and "skip_zero_advantage" in data:
             data = dict(data)
             old = data.pop("skip_zero_advantage")

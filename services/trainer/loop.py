@@ -12,13 +12,14 @@ checkpoint, and the admission mark tells the rollout to start new ones, so a sta
 A crash before 2 loses the step's effect and its groups are still pending: they are trained again. A crash
 between the save and the ack leaves pending entries the checkpoint covers: they are acked, not retrained.
 
-Rank 0 talks to Redis and the inference server and broadcasts each step's groups to the other ranks; the
-ranks agree on when to stop, and a lost rank ends the job within ``collective_timeout_s``
-(``services.trainer.ranks``).
+Rank 0 talks to Redis (and, for the optional sync check, to the inference server) and broadcasts each
+step's groups to the other ranks; the ranks agree on when to stop, and a lost rank ends the job within
+``collective_timeout_s`` (``services.trainer.ranks``). The trainer never loads weights into a server: it
+writes and announces them (``services.trainer.publish``), the rollout loads them.
 Their outages are waited out (``services.trainer.outage``: retries with backoff, logged); only one that outlasts
 ``dependency_timeout_s`` ends the run. Stopping needs neither: the checkpoint is written first, the ack is
 tried briefly and otherwise left to the next start (the checkpoint's ``covered`` list), and a publish that
-cannot finish is redone by the next start's ``_sync_server``.
+cannot finish is redone by the next start's ``_resume_version``.
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ from services.trainer.publish import Publisher
 from services.trainer.ranks import Ranks, set_collective_timeout
 from services.trainer.rl.advantages import trajectory_advantages
 from services.trainer.rl.red import REDConfig, REDState, REDWeights, planner_accuracy, red_weights
-from services.trainer.server_watch import ServerWatch
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, train_step
 from services.trainer.step_record import Rollouts, step_record
 from services.trainer.step_result import StepResult
-from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample
+from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample, wait_served
+from shared.admission import taken
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
-from shared.stream import Entry, StreamQueue, served_count
+from shared.stream import Entry, StreamQueue
 
 log = get_logger(__name__)
 
@@ -65,7 +66,6 @@ class Trainer:
         self.patience = Patience(settings.dependency_timeout_s, self.stop)
         self.unacked: list[str] = []
         self.last_publish = None
-        self.watch: ServerWatch | None = None
         self.sync_diff: float | None = None
         self.sync_probe: list[int] | None = None  # the sync check's prompt, made at its first use
         self.steps_without_rl = 0  # consecutive steps (or skipped steps) in which no RL sample was trained
@@ -116,15 +116,15 @@ class Trainer:
             # Idempotent calls wait out outages in the client; the stream read needs more (see GroupReader).
             self.redis = Patient(raw, self.patience, "redis")
             self.queue = StreamQueue(raw, s.stream, TrajectoryGroup, group=s.consumer_group, consumer=s.consumer)
-            # One try per call: Patience retries outages (one warning each); the client's own retries would
-            # only add a warning per failed try.
+            # The sync check's only: the trainer loads no weights (the rollout does). One try per call: Patience
+            # retries outages (one warning each); the client's own retries would only add a warning per try.
             client = (
                 Patient(
                     SyncInferenceClient(s.inference_url, retry=RetryPolicy(attempts=1)),
                     self.patience,
                     "inference server",
                 )
-                if s.inference_url
+                if s.inference_url and s.sync_check
                 else None
             )
             self.observer = Observer(
@@ -135,7 +135,6 @@ class Trainer:
             self.eng.engine,
             s.weights_dir,
             s.finetune,
-            client,
             self.redis,
             s.weights_stream,
             s.version_key,
@@ -156,29 +155,25 @@ class Trainer:
                 self.queue, self.state.covered, s.read_block_ms, check=group_check(vocab), patience=self.patience
             )
         self.saved_step = self.state.step
-        self._sync_server()
-        self.watch = (
-            ServerWatch(self.publisher, s.inference_url, s.server_check_s).start()
-            if self.rank0 and s.inference_url and s.server_check_s > 0
-            else None
-        )
+        self._resume_version()
         if self.eng.world > 1:
             # Start-up waited longer (see engine.init_distributed); from here on a silent rank is a lost one.
             set_collective_timeout(s.collective_timeout_s)
         self.ready.set()
 
-    def _sync_server(self) -> None:
-        """Make the server and Redis serve exactly the weights we hold, under a version that only grows."""
+    def _resume_version(self) -> None:
+        """Make Redis announce exactly the weights we hold, under a version that only grows."""
         live, highest = self.ranks.broadcast(
             (self.publisher.live_version(), self.publisher.highest_version()) if self.rank0 else None
         )
         if highest is not None and highest > self.state.version:
-            # Versions were published (or reserved for a load cut short) from steps whose checkpoint was lost:
-            # ours are older, so they get a new number rather than one the rollouts or the server saw with
-            # other weights.
+            # Versions were published (or reserved for a publish cut short) from steps whose checkpoint was
+            # lost: ours are older, so they get a new number rather than one the rollouts or the servers saw
+            # with other weights.
             self.state.version = highest + 1
-        # Equal versions: the server may have lost the weights (restart), so they are re-sent, not re-announced.
-        # Either way the admission mark is renewed: it counts the groups taken, which a restart does not change.
+        # Equal versions: the folder is written again (it may have been cut short), not re-announced; the
+        # rollout's fleet watch loads it into a server that lost it. Either way the admission mark is renewed:
+        # it counts the groups taken, which a restart does not change.
         self._publish(announce=live != self.state.version)
 
     # ---------------------------------------------------------------- loop
@@ -212,8 +207,6 @@ class Trainer:
             self._checkpoint()  # stopping between checkpoints: make the trained steps durable (then ack them)
         if self.rank0:
             self.observer.close()
-        if self.watch is not None:
-            self.watch.close()
         return self.state
 
     def _train_on(self, entries: list[Entry[TrajectoryGroup]]) -> None:
@@ -326,13 +319,10 @@ class Trainer:
             )
 
     def _consumed(self) -> int:
-        """Groups the rollout published that this trainer has taken (rank 0; see ``shared.admission``).
-
-        The backlog a restart retrains is delivered but not yet taken: counting it would let the rollout start
-        groups at the resumed version that the retraining steps then leave more than ``max_staleness`` behind.
-        """
-        delivered = served_count(self.redis, self.s.stream, self.s.consumer_group, self.s.published_key)
-        return max(0, delivered - len(self.reader.backlog))
+        """Groups the rollout published that this trainer has taken (rank 0): the admission mark's count
+        (``shared.admission.taken``), the backlog a restart retrains not included."""
+        s = self.s
+        return taken(self.redis, s.stream, s.consumer_group, s.published_key, len(self.reader.backlog))
 
     def _checkpoint(self) -> None:
         self.state.covered = list(self.unacked)
@@ -365,14 +355,25 @@ class Trainer:
         if self.s.sync_check and self.s.inference_url:
             self.sync_diff = self._sync_check()
 
-    def _sync_check(self) -> float:
+    def _sync_check(self) -> float | None:
+        """The sync check of the version just published, once the rollout has loaded it into the server;
+        None (skipped, with a warning) when it did not within ``sync_wait_s``."""
         if self.sync_probe is None:
             self.sync_probe = probe_prompt(self.s.model, self.s.sync_prompt)
         prompt = self.sync_probe
         sample = None
-        if self.rank0:
+        if self.rank0 and wait_served(self.client, self.last_publish, self.s.sync_wait_s):
             sample = server_sample(self.client, self.last_publish.model_name, prompt, self.s.sync_tokens)
-        tokens, server_logprobs = self.ranks.broadcast(sample)
+        elif self.rank0:
+            log.warning(
+                "sync check skipped: the inference server did not serve the published version in time "
+                "(the rollout loads it; is one running?)",
+                extra={"version": self.state.version, "waited_s": self.s.sync_wait_s},
+            )
+        sample = self.ranks.broadcast(sample)
+        if sample is None:
+            return None
+        tokens, server_logprobs = sample
         diff = max_abs_diff(self.eng, prompt, tokens, server_logprobs)
         log.info("sync check", extra={"version": self.state.version, "max_abs_diff": diff})
         if self.rank0 and (warning := mismatch_warning(diff, self.s.sync_tolerance, self.last_publish.model_name)):

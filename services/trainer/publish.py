@@ -1,17 +1,17 @@
-"""Weight publishing: write the policy's weights atomically, make the inference server load them, announce.
+"""Weight publishing: write the policy's weights atomically and announce them; nothing else.
 
-LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}`` and loaded with ``POST /v1/load_lora_adapter``
-under the name ``policy-v{N}``; adapters older than the keep window are unloaded and deleted.
-Full: the model is written as safetensors to ``<weights_dir>/v{N}`` and the server reloads it through the
-full-reload route (``POST /collective_rpc`` → ``update_weights_from_path``).
-Then ``policy:version`` is set to N and a ``WeightUpdate`` goes on the ``weights`` stream, together with the
-admission mark (how many groups the trainer has taken) that lets the rollout start the next ones.
+LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}``; full: the model is written as safetensors to
+``<weights_dir>/v{N}``. Then ``policy:version`` is set to N and a ``WeightUpdate`` (where the folder is, under
+which model name it is to be served) goes on the ``weights`` stream, together with the admission mark
+(``shared.admission``) that lets the rollout start the next groups, in one transaction.
 
-N is reserved in Redis (``<version key>:reserved``) before the server sees the weights: a crash between the
-load and the announcement must not let a restarted trainer give the same number to other weights.
+Weights flow one way (DESIGN.md §9): the trainer never loads them into a server. The rollout's fleet watch
+reads the announcement and loads the folder into every policy server (``services.rollout.loader``), this
+trainer's own included, and again into one that restarted; it also unloads adapters that fell out of its
+keep window. The trainer deletes the folders that fell out of ``keep`` (the fleet keeps fewer loaded).
 
-A server that restarts comes back with its start-up weights. ``resend_if_lost`` (called by ``ServerWatch``
-every few seconds) notices and loads the last published folder again, under the same version.
+N is reserved in Redis (``<version key>:reserved``) before it is announced: a restarted trainer never gives
+a number it may have announced (a transaction whose reply was lost, a crash right after it) to other weights.
 
 Every folder is written under a ``.tmp`` name and renamed when complete, so a reader (or a crash) never
 sees a half-written version. Under ZeRO-3 the parameters are gathered collectively; only rank 0 writes.
@@ -19,11 +19,9 @@ sees a half-written version. Under ZeRO-3 the parameters are gathered collective
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +29,6 @@ import torch
 
 from shared.admission import AdmissionMarks
 from shared.contract import DEFAULT_CONTRACT
-from shared.inference_client import InferenceError, SyncInferenceClient
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
 from shared.stream import encode
@@ -77,14 +74,13 @@ def write_weights(engine, root: Path, version: int, kind: str) -> Path | None:
 
 
 class Publisher:
-    """Pushes versions to one inference server and to Redis; rank 0 only (ranks > 0 just join the gather)."""
+    """Writes versions and announces them in Redis; rank 0 only (ranks > 0 just join the gather)."""
 
     def __init__(
         self,
         engine,
         weights_dir: str,
         kind: str,
-        client: SyncInferenceClient | None,
         redis,
         weights_stream: str,
         version_key: str,
@@ -95,7 +91,6 @@ class Publisher:
         self.engine = engine
         self.root = Path(weights_dir)
         self.kind = kind
-        self.client = client
         self.redis = redis
         self.version_key = version_key
         self.reserved_key = f"{version_key}:reserved"
@@ -103,10 +98,6 @@ class Publisher:
         self.keep = keep
         self.served_model = served_model
         self.weights_stream = weights_stream
-        self.loaded: tuple[int, Path] | None = None  # the version (and its folder) last loaded into the server
-        # Held from a load to its announcement: a re-send never lands between another version's load and its
-        # announcement (it would put older weights back under the newer number).
-        self._lock = threading.Lock()
 
     def live_version(self) -> int | None:
         """The version Redis says is live (None when never published)."""
@@ -116,7 +107,7 @@ class Publisher:
         return None if raw is None else int(raw)
 
     def highest_version(self) -> int | None:
-        """The highest version ever given to weights: announced, or reserved for a load that was cut short."""
+        """The highest version ever given to weights: announced, or reserved for a write that was cut short."""
         if self.redis is None:
             return None
         seen = [int(raw) for raw in self.redis.mget(self.version_key, self.reserved_key) if raw is not None]
@@ -130,11 +121,12 @@ class Publisher:
     def publish(
         self, version: int, step: int, announce: bool = True, consumed: int | None = None
     ) -> WeightUpdate | None:
-        """Write, load and (``announce``) announce ``version``; returns the event on rank 0, else None.
+        """Write and (``announce``) announce ``version``; returns the event on rank 0, else None.
 
-        ``announce=False`` re-sends weights the server may have lost (a restart) under a version Redis
-        already holds: no version bump, no new event. ``consumed`` (groups taken so far) goes out with the
-        version as the rollout's admission mark.
+        ``announce=False`` writes again weights Redis already announces under ``version`` (a restart from the
+        checkpoint they came from): no version bump, no new event; the fleet watch loads the folder into a
+        server that lost it. ``consumed`` (groups taken so far) goes out with the version as the rollout's
+        admission mark.
         """
         start = time.perf_counter()
         path = write_weights(self.engine, self.root, version, self.kind)
@@ -142,81 +134,39 @@ class Publisher:
             return None
         if self.redis is not None:
             self._reserve(version)
-        name = model_name(version)
-        with self._lock:
-            if self.client is not None:
-                # Replace whatever holds this name: our own load before a restart, or a run whose Redis state
-                # was wiped while the server kept its adapters (a new name is a 404 no-op to unload).
-                self._load(self.client, version, path, replace=True)
-            seconds = time.perf_counter() - start
-            event = WeightUpdate(
-                version=version,
-                kind=self.kind,
-                model_name=name if self.kind == "lora" else self.served_model,
-                path=str(path.resolve()),
-                step=step,
-                created_at=time.time(),
-                publish_seconds=seconds,
-            )
-            if self.redis is not None and announce:
-                # One transaction: a crash can never leave the version key and the event stream disagreeing.
-                pipe = self.redis.pipeline(transaction=True)
-                pipe.set(self.version_key, version)
-                pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
-                if consumed is not None:
-                    self.marks.write(version, consumed, pipe=pipe)
-                pipe.execute()
-            elif consumed is not None:
-                self.mark(version, consumed)
+        seconds = time.perf_counter() - start
+        event = WeightUpdate(
+            version=version,
+            kind=self.kind,
+            model_name=model_name(version) if self.kind == "lora" else self.served_model,
+            path=str(path.resolve()),
+            step=step,
+            created_at=time.time(),
+            publish_seconds=seconds,
+        )
+        if self.redis is not None and announce:
+            # One transaction: a crash can never leave the version key and the event stream disagreeing.
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.set(self.version_key, version)
+            pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
+            if consumed is not None:
+                self.marks.write(version, consumed, pipe=pipe)
+            pipe.execute()
+        elif consumed is not None:
+            self.mark(version, consumed)
         self._prune(version)
         log.info("weights published", extra={"version": version, "kind": self.kind, "seconds": round(seconds, 3)})
         return event
 
     def _reserve(self, version: int) -> None:
-        """Record ``version`` as taken before any server can serve it (the reservation only ever grows)."""
+        """Record ``version`` as taken before it is announced (the reservation only ever grows)."""
         current = self.redis.get(self.reserved_key)
         if current is None or int(current) < version:
             self.redis.set(self.reserved_key, version)
 
-    def resend_if_lost(self, client: SyncInferenceClient) -> bool:
-        """Load the last published version again if the server behind ``client`` no longer serves it (it
-        restarted with its start-up weights); True when it did."""
-        with self._lock:
-            if self.loaded is None:
-                return False
-            version, path = self.loaded
-            if self.kind == "lora":
-                if model_name(version) in {card.id for card in client.models()}:
-                    return False
-            elif (served := client.served_version()) is not None and served >= version:
-                return False
-            log.warning(
-                "the inference server lost the published weights (restarted?): loading them again",
-                extra={"version": version, "kind": self.kind},
-            )
-            self._load(client, version, path, replace=False)
-            return True
-
-    def _load(self, client: SyncInferenceClient, version: int, path: Path, replace: bool) -> None:
-        if self.kind == "lora":
-            name = model_name(version)
-            if replace:  # the server may still hold an adapter of this name from before our restart
-                with contextlib.suppress(InferenceError):
-                    client.unload_lora(name)
-            client.load_lora(name, str(path.resolve()))
-        else:
-            client.reload_weights(str(path.resolve()), version)
-        self.loaded = (version, path)
-
     def _prune(self, version: int) -> None:
-        """Unload adapters and delete folders of versions that fell out of the keep window."""
+        """Delete the folders of versions that fell out of the keep window (the fleet watch unloads adapters)."""
         for folder in self.root.iterdir() if self.root.is_dir() else []:
             m = _VERSIONED.match(folder.name)
-            if not m or int(m.group(1)) > version - self.keep:
-                continue
-            if self.kind == "lora" and self.client is not None:
-                try:
-                    self.client.unload_lora(model_name(int(m.group(1))))
-                except InferenceError as exc:  # already unloaded (e.g. the server restarted): nothing to free
-                    log.info("adapter not unloaded", extra={"adapter": folder.name, "reason": str(exc)[:200]})
-            shutil.rmtree(folder, ignore_errors=True)
+            if m and int(m.group(1)) <= version - self.keep:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -1,5 +1,8 @@
 """After a publish: does the inference server compute the same logprobs as the trainer for the same weights?
 
+The trainer does not load the weights it publishes (the rollout's fleet watch does): the check first waits
+until the server serves the announced version (``wait_served``), then samples.
+
 The server samples a short continuation of a fixed probe prompt with the published model name and returns
 the sampled tokens' logprobs; the trainer scores the same tokens with its own weights. The largest absolute
 difference is exported (``coda_trainer_sync_max_abs_diff``); with exact weight transfer on the same
@@ -8,12 +11,15 @@ hardware it stays below 1e-4. Every rank joins the scoring (ZeRO-3 gathers param
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from services.trainer.engine import Engine
 from services.trainer.logprobs import sequence_logprobs
 from services.trainer.packing import TrainSeq, pack
-from shared.inference_client import SyncInferenceClient
+from shared.inference_client import InferenceError, SyncInferenceClient
+from shared.protocol import WeightUpdate
 
 PROBE_QUESTION = "Who wrote Hamlet, and when was it first performed?"
 
@@ -33,6 +39,30 @@ def probe_prompt(model_dir: str, configured: list[int] | None = None) -> list[in
         messages = [{"role": "user", "content": PROBE_QUESTION}]
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return list(tok.encode(text, add_special_tokens=False))
+
+
+def serves(client: SyncInferenceClient, event: WeightUpdate) -> bool:
+    """Whether the server serves ``event``'s weights: its adapter is listed (LoRA), or its full-weight version
+    is at least ``event``'s (a server that cannot tell, e.g. vLLM without our worker extension, is taken to)."""
+    if event.kind == "lora":
+        return event.model_name in {card.id for card in client.models()}
+    try:
+        served = client.served_version()
+    except InferenceError as exc:
+        if exc.status_code >= 500:
+            raise
+        return True
+    return served is not None and served >= event.version
+
+
+def wait_served(client: SyncInferenceClient, event: WeightUpdate, timeout_s: float, poll_s: float = 0.5) -> bool:
+    """Wait until the server serves ``event``'s weights (``serves``); False when it did not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not serves(client, event):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def server_sample(

@@ -22,15 +22,10 @@ class WeightUpdate(BaseModel):
 
 
 class AdmissionMark(BaseModel):
-    """How many published groups the trainer had taken when policy ``version`` went live.
-
-    The rollout starts a group only while ``published + running < consumed + (max_staleness + 1)·g``: the
-    limit follows the groups the trainer actually consumed, not the version number, so versions that run
-    ahead of consumption (a restart that retrains lost steps, foreign groups, empty steps) never let a
-    backlog of soon-stale groups build up. ``version`` ties the mark to the weights it was written with:
-    a rollout applies it only once it serves that version, so a strict on-policy run never samples with
-    weights older than the mark promises.
-    """
+    """How many published groups the trainer had taken when policy ``version`` went live: what the admission
+    rule counts from (``shared.admission``, where the rule, its formula and the mark's life are explained).
+    ``version`` ties the mark to the weights it was written with: a rollout applies it only once it serves
+    that version."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -159,9 +159,10 @@ def test_server_down_and_back(pipeline: Pipeline, server: str):
         _searching(p)
     before = p.baseline()
     if server == "inference":
-        # Gone while the trainer waits for groups (as when the rollout is the bottleneck): no publish of the
-        # trainer's meets the outage. (One that does is retried until the server is back, which re-sends
-        # the weights; tests/integration/trainer/test_outages.py covers that.)
+        # Gone while the trainer waits for groups (as when the rollout is the bottleneck). A publish would not
+        # need it anyway (the trainer loads nothing); the server comes back with its start-up weights and the
+        # rollout's fleet watch loads the live version into it before it gets episodes again
+        # (tests/integration/trainer/test_publish.py and test_outages.py cover both alone).
         with p.frozen("rollout"):
             _trainer_waiting(p)
             assert p.kill(server) == -signal.SIGKILL

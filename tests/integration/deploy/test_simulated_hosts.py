@@ -6,9 +6,9 @@ this file), every process started on its host with ``ip netns exec`` and bound t
 
 The policy servers announce themselves in Redis, so each rollout samples from both (its own host's server is
 its ``inference_url``). The rollouts own the fleet: the trainer only writes each version and announces it on
-the ``weights`` stream (no ``--inference-url``: it never needs the fleet's addresses), and the rollouts load
-it into every server behind (``sync_weights``, with the control token: a server on another host refuses
-loads without it). The single-turn agent on the tiny model trains (``MIN_STEPS`` steps at least), while
+the ``weights`` stream (no ``--inference-url``: it never needs the fleet's addresses), and the rollouts alone
+load it into every server behind (with the control token: a server on another host refuses loads without
+it). The single-turn agent on the tiny model trains (``MIN_STEPS`` steps at least), while
 
 1. policy server 2 is SIGKILLed: training goes on (server 1 takes every episode);
 2. it is started again while training goes on: it serves the live weight version before it finishes any

@@ -96,7 +96,6 @@ async def test_the_rollouts_fleet_brings_a_vllm_behind_to_the_live_version(
             servers_key="",
             every_s=60,
             live_event=lambda: events[-1],
-            sync_weights=True,
         )
 
         async def publish(version: int, kind: str, name: str, path: Path) -> None:

@@ -66,11 +66,12 @@ def test_eval_command_prints_the_table(fake_llm, make_settings, tmp_path, capsys
 
 def test_eval_evaluates_the_adapter_the_trainer_published(fake_llm, make_settings, redis_client, tmp_path):
     """A LoRA run's trained policy is an adapter: the eval finds it on the weights stream instead of
-    evaluating the untouched base model (which made a trained LoRA run look like it learned nothing)."""
+    evaluating the untouched base model (which made a trained LoRA run look like it learned nothing), and
+    loads it into the server first when no rollout did (the trainer loads nothing)."""
     from shared.stream import encode
     from tests.factories import make_weight_update
 
-    fake_llm.loras["policy-v3"] = "/weights/v3"
+    assert "policy-v3" not in fake_llm.loras
     redis_client.xadd("weights", encode(make_weight_update(3)))
     settings = make_settings(
         fake_llm.url,
@@ -82,6 +83,7 @@ def test_eval_evaluates_the_adapter_the_trainer_published(fake_llm, make_setting
     )
     _, result = run_eval(settings)
     assert result["model"] == "policy-v3" and result["failed"] == 0
+    assert fake_llm.loras["policy-v3"] == "/weights/v3"  # the eval's weight sync loaded it
     assert {c.model for c in fake_llm.calls} == {"policy-v3"}
     _, base = run_eval(settings.model_copy(update={"eval_policy": "base"}))
     assert base["model"] == "policy"

@@ -1,7 +1,8 @@
 """A fleet of policy servers under the producer: two scripted fake LLMs over real HTTP on 127.0.0.1, a real
 Redis. Both servers get episodes and each episode stays on one; a server killed mid-run costs no group (its
 episodes start over on the other) and no episode is scored twice or in part; a server behind the live version
-gets no episode until it caught up (loaded by hand, or by the rollout itself with ``sync_weights``); servers
+gets no episode until it caught up (loaded by the rollout itself from the live event, or by hand while the
+live weights' path is unknown); servers
 join by announcing themselves in Redis, as the inference server does."""
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ def settings_for(redis_url: str, urls: list[str], **overrides) -> RolloutSetting
         servers_key=KEY,
         fleet_probe_s=0.2,
         server_wait_s=5,
-        sync_weights=False,
         n_samples=1,
         max_running_groups=4,
         retry_attempts=2,
@@ -160,14 +160,17 @@ async def test_a_server_killed_mid_run_costs_no_group_and_no_episode_counts_twic
         assert sum(f"Whole problem: {group.question.strip()}\n" in text for text in combined) >= 2
 
 
-async def lagging_run(redis_server, redis_client, *, sync_weights: bool) -> None:
+async def lagging_run(redis_server, redis_client, *, path_known: bool) -> None:
+    """``path_known``: the watch has the live event (where the weights are) and loads them into b itself;
+    else (no event read yet) it cannot, and b stays behind until it is loaded by hand."""
     with fake_server() as a, fake_server() as b:
-        a.loras["policy-v1"] = "/w/1"  # the trainer loaded version 1 into a; b restarted without it
+        a.loras["policy-v1"] = "/w/1"  # the rollout loaded version 1 into a; b restarted without it
         event = WeightUpdate(version=1, kind="lora", model_name="policy-v1", path="/w/1", step=1, created_at=0.0)
-        settings = settings_for(redis_server.url, [a.url, b.url], sync_weights=sync_weights)
-        async with fleet_producer(settings, redis_client, live_event=lambda: event) as (producer, fleet, _):
+        settings = settings_for(redis_server.url, [a.url, b.url])
+        live = (lambda: event) if path_known else (lambda: None)
+        async with fleet_producer(settings, redis_client, live_event=live) as (producer, fleet, _):
             producer.ctx.policy.state.advance(1, "policy-v1")  # what the weight follower does on the event
-            if not sync_weights:
+            if not path_known:
                 stats = await asyncio.wait_for(producer.run(max_groups=6), 60)
                 assert stats.failed == 0 and len(a.calls) == 24 and b.requests == 0  # 6 episodes × 4 requests
                 b.loras["policy-v1"] = "/w/1"  # someone loads version 1 into b
@@ -191,11 +194,11 @@ async def lagging_run(redis_server, redis_client, *, sync_weights: bool) -> None
 
 
 async def test_a_lagging_server_gets_no_episodes_until_it_caught_up(redis_server, redis_client):
-    await lagging_run(redis_server, redis_client, sync_weights=False)
+    await lagging_run(redis_server, redis_client, path_known=False)
 
 
 async def test_the_rollout_loads_the_live_adapter_into_a_server_behind(redis_server, redis_client):
-    await lagging_run(redis_server, redis_client, sync_weights=True)
+    await lagging_run(redis_server, redis_client, path_known=True)
 
 
 def test_the_inference_server_announces_itself_only_when_told(redis_server, redis_client):

@@ -1,4 +1,5 @@
-"""Helpers for the trainer's integration tests: a tiny model folder, random groups, a trainer subprocess."""
+"""Helpers for the trainer's integration tests: a tiny model folder, random groups, a trainer subprocess, the
+real inference server and the rollout's weight sync beside it."""
 
 from __future__ import annotations
 
@@ -104,6 +105,21 @@ def start_trainer(args: list[str], log: Path, **env: str) -> subprocess.Popen:
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=trainer_env(**env),
+        )
+
+
+def start_weight_sync(redis_url: str, inference_url: str, log: Path, *extra: str) -> subprocess.Popen:
+    """The rollout's weight sync alone (``python -m services.rollout sync-weights``): it loads what the trainer
+    announces into the server at ``inference_url``, as the rollout does in a full pipeline (the trainer loads
+    nothing)."""
+    args = ["--redis-url", redis_url, "--inference-url", inference_url, "--servers-key", "", "--fleet-probe-s", "0.2"]
+    with open(log, "ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.rollout", "sync-weights", *args, *extra],
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(),
         )
 
 

@@ -2,8 +2,9 @@
 
 Reward = fraction of generated tokens equal to a target token (the most frequent token of the initial policy,
 so its starting reward is near 0 but not exactly 0). A sign error, a mask shifted by one, a loss on the wrong
-tokens or weights that never reach the server all keep the reward flat. After every publish the trainer
-checks that the server's logprobs equal its own for the same weights.
+tokens or weights that never reach the server all keep the reward flat. The trainer writes and announces each
+version; the rollout's weight sync (run alone beside it) loads it into the server. After every publish the
+trainer checks that the server's logprobs equal its own for the same weights.
 """
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ def _wait_taken(redis_client, published: int, proc, timeout: float) -> None:
     raise TimeoutError(f"the trainer did not take {published} groups")
 
 
+def _wait_served(llm: SyncInferenceClient, redis_client, proc, timeout: float) -> None:
+    """Until the server serves the version Redis announces (the weight sync loads it): the rollout samples
+    only from a server at the live version."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (llm.served_version() or 0) >= int(redis_client.get("policy:version")):
+            return
+        assert proc.poll() is None, "trainer exited"
+        time.sleep(0.01)
+    raise TimeoutError("the server did not get the announced version")
+
+
 def _wait_version(redis_client, above: int, proc, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -105,6 +118,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
     model = build_tiny_model(tmp_path / "model", read_texts(["data/hotpotqa/corpus.jsonl"], limit=300))
     eos = json.loads((model / "config.json").read_text())["eos_token_id"]
     server, url = h.start_server(model, tmp_path)
+    sync = h.start_weight_sync(redis_server.url, url, tmp_path / "sync.log")
     trainer = h.start_trainer(
         [
             "--model",
@@ -146,6 +160,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
             _wait_version(redis_client, -1, trainer, 120)  # the trainer is up and published v0
+            _wait_served(llm, redis_client, trainer, 60)
             prompts = _prompts(random.Random(0), json.loads((model / "config.json").read_text())["vocab_size"])
             target, expected = _pick_target(llm, model, prompts, eos)
             queue = StreamQueue(redis_client, "trajectories", TrajectoryGroup)
@@ -159,6 +174,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
                     queue.publish(g)
                     redis_client.incr("rollout:published")
                 _wait_taken(redis_client, GROUPS * len(history), trainer, 60)
+                _wait_served(llm, redis_client, trainer, 60)
         elapsed = time.monotonic() - start
         log = (tmp_path / "trainer.log").read_text()[-3000:]
         print(f"target {target} (initial probability {expected:.4f}); reward per round {history}; {elapsed:.1f}s")
@@ -174,7 +190,7 @@ def test_reward_rises_end_to_end(tmp_path, redis_client, redis_server):
         consumer = StreamQueue(redis_client, "trajectories", TrajectoryGroup, group="trainer", consumer="probe")
         assert consumer.stats().pending == 0
     finally:
-        for proc in (trainer, server):
+        for proc in (trainer, sync, server):
             proc.terminate()
             try:
                 proc.wait(20)

@@ -1,6 +1,6 @@
 """The trainer against its dependencies failing, with real processes throughout: Redis stopped and restarted,
 then frozen past redis-py's 5 s socket timeout, mid-training; the inference server killed and restarted
-around a publish; SIGTERM while Redis is gone, then a start before Redis is back; and schema-valid groups
+around a publish (which needs no server: the rollout's weight sync loads the version once it is back); SIGTERM while Redis is gone, then a start before Redis is back; and schema-valid groups
 the model cannot train on (a token id outside the vocabulary, a NaN logprob), which must be dead-lettered
 instead of crash-looping the trainer."""
 
@@ -95,38 +95,45 @@ def test_redis_restart_and_freeze_are_waited_out(tmp_path, own_redis):
 
 
 @pytest.mark.slow
-def test_inference_outage_at_publish_is_waited_out(tmp_path, redis_client, redis_server):
+def test_a_publish_needs_no_inference_server(tmp_path, redis_client, redis_server):
+    """The trainer publishes with the server gone (it writes and announces; it loads nothing), and the rollout's
+    weight sync loads the live version into the server once it is back."""
     rng = random.Random(2)
     model = h.save_tiny_model(tmp_path / "model")
     port = free_port()
     server, url = h.start_server(model, tmp_path, port=port)
+    sync = h.start_weight_sync(redis_server.url, url, tmp_path / "sync.log")
     log = tmp_path / "trainer.log"
     proc = None
     try:
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
-        _publish(redis_client, rng, 0, 2)
-        proc = h.start_trainer(
-            _args(
-                tmp_path, model, redis_server.url, "--groups-per-step", "2", "--max-steps", "2", "--inference-url", url
-            ),
-            log,
-        )
-        _wait_steps(tmp_path, 1, proc, log, timeout_s=180)
-        server.kill()
-        server.wait(30)
-        _publish(redis_client, rng, 2, 2)  # step 2 trains, then its publish finds no server
-        time.sleep(3)
-        server, _ = h.start_server(model, tmp_path, port=port)
-        assert proc.wait(180) == 0, log.read_text()[-3000:]
+            _publish(redis_client, rng, 0, 2)
+            args = ("--groups-per-step", "2", "--max-steps", "2", "--inference-url", url)
+            proc = h.start_trainer(_args(tmp_path, model, redis_server.url, *args), log)
+            _wait_steps(tmp_path, 1, proc, log, timeout_s=180)
+            _wait_served(llm, 1, timeout_s=60)
+            server.kill()
+            server.wait(30)
+            _publish(redis_client, rng, 2, 2)  # step 2 trains and publishes with no server
+            assert proc.wait(180) == 0, log.read_text()[-3000:]
+            assert int(redis_client.get("policy:version")) == 2
+            server, _ = h.start_server(model, tmp_path, port=port)
+            llm.wait_ready(120)
+            _wait_served(llm, 2, timeout_s=60)  # the weight sync brought it up to the live version
     finally:
-        for p in (proc, server):
+        for p in (proc, sync, server):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(30)
-    text = log.read_text()
-    assert "inference server unreachable" in text and "inference server is back" in text
-    assert int(redis_client.get("policy:version")) == 2
+    assert "inference server" not in log.read_text()  # the trainer never talked to it
+
+
+def _wait_served(llm: SyncInferenceClient, version: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (llm.served_version() or 0) < version:
+        assert time.monotonic() < deadline, f"the server never served version {version}"
+        time.sleep(0.1)
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """PolicyGenerator against a server that restarted: tokens from weights older than the live version are not
-sent out while the trainer loads the weights again; they are after ``behind_wait_s``."""
+sent out while the rollout loads the weights again (the generator only waits); they are after ``behind_wait_s``."""
 
 from __future__ import annotations
 

@@ -114,6 +114,26 @@ async def test_acquire_waits_for_a_server_to_catch_up():
     assert (await asyncio.wait_for(waiter, 1)).url == A
 
 
+async def test_acquire_waits_past_its_timeout_while_the_live_weights_are_loading():
+    """After an announcement every server is behind until the watch's load: an episode waits that out (a full
+    reload can outlast ``server_wait_s``), and gives up once no load is under way."""
+    live = [1]
+    fleet = fleet_of(A, live=live)
+    fleet.observe(A, up=True, version=0)
+    fleet.set_loading(A, True)
+    waiter = asyncio.create_task(fleet.acquire(timeout_s=0.05))
+    await asyncio.sleep(0.3)
+    assert not waiter.done() and fleet.status()["servers"][A]["loading"]
+    fleet.set_loading(A, False)
+    fleet.observe(A, up=True, version=1)
+    assert (await asyncio.wait_for(waiter, 1)).url == A
+    fleet.release(fleet.servers[A])
+    live[0] = 2
+    fleet.set_loading(A, True)
+    fleet.set_loading(A, False)  # the load failed: nothing to wait for
+    assert await asyncio.wait_for(fleet.acquire(timeout_s=0.05), 1) is None
+
+
 async def test_acquire_gives_up_after_the_wait_and_at_once_when_every_server_is_excluded():
     fleet = fleet_of(A, B)
     fleet.observe(B, up=False)

@@ -41,3 +41,12 @@ def test_zero_advantage_defaults_to_skip_and_reads_the_older_key(tmp_path):
     assert TrainerSettings.load(recipe=recipe).zero_advantage == "drop"
     with pytest.raises(ValidationError):
         TrainerSettings(zero_advantage="sometimes")
+
+
+def test_server_check_s_is_refused_with_the_reason(tmp_path):
+    """The trainer no longer loads weights into a server, a restarted one included: the key is gone."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[trainer]\nserver_check_s = 2.0\n")
+    with pytest.raises(ValidationError, match="server_check_s was removed: the trainer no longer loads weights"):
+        TrainerSettings.load(recipe=recipe)
+    assert TrainerSettings().sync_wait_s == 60.0
