@@ -20,16 +20,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from recipes.core.aio_llm import AiohttpCompletions
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState
 from recipes.datasets import PromptRecord
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import Fleet, Server
 from services.rollout.runtime import llm_client
-from shared.inference_client import InferenceClient, InferenceError
+from shared.inference_client import AiohttpCompletions, InferenceClient, InferenceError
 from shared.log import get_logger
-from shared.transient import Failure, classify
+from shared.retry import Failure, classify
 
 log = get_logger(__name__)
 

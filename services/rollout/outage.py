@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from shared.log import get_logger
-from shared.transient import Failure
+from shared.retry import Failure
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shared.log import get_logger
-from shared.transient import classify
+from shared.retry import classify
 
 log = get_logger(__name__)
 

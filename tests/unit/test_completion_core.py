@@ -7,9 +7,7 @@ import inspect
 
 import pytest
 
-from recipes.core.aio_llm import AiohttpCompletions
-from shared.inference_client import InferenceClient, SyncInferenceClient
-from shared.inference_wire import completion_body
+from shared.inference_client import AiohttpCompletions, InferenceClient, SyncInferenceClient, completion_body
 
 
 @pytest.mark.parametrize("transport", [InferenceClient, SyncInferenceClient, AiohttpCompletions])
