@@ -241,7 +241,7 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "Ideal rate = concurrency ÷ critical path.",
         "",
         "`http`: the agents call the fake LLM over HTTP with the rollout's LLM transport "
-        "(`recipes.core.aio_llm`: aiohttp, with `shared.inference_client`'s request body and parser; the "
+        "(`shared.inference_client.AiohttpCompletions`: aiohttp, with the client's request body and parser; the "
         "production path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
         "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost. The CPU column "
         "is this process's CPU time per finished episode; for `in-process` the fake model's own work is "
