@@ -48,6 +48,7 @@ import asyncio
 import json
 import threading
 import time
+import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -354,8 +355,10 @@ class SyncInferenceClient:
         )
         self.base_url, self.retry = self.client.base_url, retry
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="inference-client", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._loop.run_forever, name="inference-client", daemon=True)
+        thread.start()
+        # A client dropped without ``close`` (a one-off call) stops its thread when collected.
+        self._stop = weakref.finalize(self, _stop_loop, self._loop, thread)
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(call, self._loop).result()
@@ -367,12 +370,9 @@ class SyncInferenceClient:
         self.close()
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self._run(self.client.aclose())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        if self._stop.alive:
+            self._run(self.client.aclose())
+            self._stop()
 
     def complete(self, model: str, prompt: list[int] | str, **sampling: Any) -> Completion:
         """``InferenceClient.complete``, blocking."""
@@ -452,6 +452,13 @@ class AiohttpCompletions:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is not threading.current_thread():  # collected on its own thread: it stops after this callback
+        thread.join()
+        loop.close()
 
 
 def _oldest_version(results: list[Any]) -> int | None:
