@@ -166,7 +166,8 @@ class RetryPolicy:
         failure = classify(exc)
         if not failure.resend or attempt >= self.attempts - 1:
             return None
-        log.warning("transient failure, retrying", extra={"url": what, "cause": failure.label, "attempt": attempt + 1})
+        extra = {"url": what, "cause": failure.label, "error": repr(exc)[:200], "attempt": attempt + 1}
+        log.warning("transient failure, retrying", extra=extra)
         return self.wait(attempt)
 
     def call(self, send: Callable[[], T], what: str = "") -> T:
