@@ -29,14 +29,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from recipes import run_episode  # noqa: E402
-from recipes.core.aio_llm import AiohttpCompletions  # noqa: E402
 from recipes.core.batching import BatchingRetriever  # noqa: E402
 from recipes.core.context import AgentContext  # noqa: E402
 from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
 from recipes.core.turns import Budget  # noqa: E402
 from recipes.datasets import load_prompts  # noqa: E402
-from shared.inference_client import completion_body, parse_completion  # noqa: E402
+from shared.inference_client import (  # noqa: E402
+    AiohttpCompletions,
+    completion_body,
+    parse_completion,
+)
 from shared.protocol.inference import CompletionRequest  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
 from shared.retriever_client import AsyncRetrieverClient  # noqa: E402
@@ -238,7 +241,7 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         "Ideal rate = concurrency ÷ critical path.",
         "",
         "`http`: the agents call the fake LLM over HTTP with the rollout's LLM transport "
-        "(`recipes.core.aio_llm`: aiohttp, with `shared.inference_client`'s request body and parser; the "
+        "(`shared.inference_client.AiohttpCompletions`: aiohttp, with the client's request body and parser; the "
         "production path). `in-process`: the same fake called directly after an `asyncio.sleep` of the same latency "
         "(no HTTP for the LLM; the retrieval stays HTTP) — what the agents themselves cost. The CPU column "
         "is this process's CPU time per finished episode; for `in-process` the fake model's own work is "

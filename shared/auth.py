@@ -9,9 +9,9 @@ loopback clients only, so a checkout works with no setup and a server bound to a
 still takes no orders from the network. A reverse proxy on the same host makes every request look local:
 behind one, set the token.
 
-The clients (``shared.inference_client``, ``recipes.core.aio_llm``) send the configured token with every
-request, so a vLLM started with ``VLLM_API_KEY`` set to it (which guards all of ``/v1``) serves them too. No
-FastAPI here: the clients import this module, the server side is ``shared.http.require_control_token``.
+The clients (``shared.inference_client``: ``InferenceClient``, its sync wrapper, ``AiohttpCompletions``) send
+the configured token with every request, so a vLLM started with ``VLLM_API_KEY`` set to it (which guards all
+of ``/v1``) serves them too. No FastAPI here: the clients import this module, the server side is ``shared.http.require_control_token``.
 """
 
 from __future__ import annotations

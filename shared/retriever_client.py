@@ -5,7 +5,7 @@
         docs[0][0].title, docs[0][0].text, docs[0][0].score
 
 Pooled connections (one ``httpx`` client per instance), bounded retries of transient failures (429, 502,
-503, 504, refused connections: ``shared.transient``) through ``shared.retry``, never of a 500 or another 4xx. Large query lists are split into requests of
+503, 504, refused connections) through ``shared.retry``, never of a 500 or another 4xx. Large query lists are split into requests of
 at most ``max_queries_per_request`` sent concurrently, so a caller never hits the server's per-request cap.
 ``RetrieverClient`` is the synchronous twin for CLIs and data builders.
 """

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from shared.log import get_logger
 
 if TYPE_CHECKING:  # aiohttp is needed only where the rollout builds that transport
-    from recipes.core.aio_llm import AiohttpCompletions
     from recipes.core.tokenizer import TokenizerLike
-    from shared.inference_client import InferenceClient
+    from shared.inference_client import AiohttpCompletions, InferenceClient
 
 log = get_logger(__name__)
 

@@ -278,7 +278,7 @@ def _weight_routes(app: FastAPI) -> None:
         summary="vLLM dev-mode pause: finish in-flight requests, admit none",
         description="Until `/resume`, /health answers 503 (not ready) and a completion waits at most "
         "`pause_wait_s` (default 60 s), then gets 503 with a message saying the engine is "
-        "paused; clients retry 503 (shared.transient).",
+        "paused; clients retry 503 (shared.retry).",
         dependencies=CONTROL,
     )
     async def pause(mode: str = Query("abort")) -> JSONResponse:

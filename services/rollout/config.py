@@ -124,7 +124,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     retry_attempts: int = Field(
         4,
         ge=1,
-        description="Tries per HTTP call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.transient)",
+        description="Tries per HTTP call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.retry)",
     )
     retry_backoff_s: float = Field(0.2, ge=0, description="First retry wait; doubles per retry (max 5 s)")
 

@@ -6,7 +6,7 @@ lease was granted, so every turn asks for the same model name (one weight versio
 older adapter stays loaded for the trainer's keep window, and the lease was granted only because the server
 serves the live version).
 
-A server that fails mid-episode (``shared.transient``: refused, dropped or timed out, 502/503/504/429 after the
+A server that fails mid-episode (``shared.retry``: refused, dropped or timed out, 502/503/504/429 after the
 client's own retries) is marked down and the episode starts over on another server, at most
 ``episode_attempts`` tries in all. What the failed try produced is dropped whole: an episode is returned only
 when it finished, and a group is scored and published only when all its episodes finished, so nothing is
@@ -20,16 +20,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from recipes.core.aio_llm import AiohttpCompletions
 from recipes.core.context import AgentContext, Episode
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState
 from recipes.datasets import PromptRecord
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import Fleet, Server
 from services.rollout.runtime import llm_client
-from shared.inference_client import InferenceClient, InferenceError
+from shared.inference_client import AiohttpCompletions, InferenceClient, InferenceError
 from shared.log import get_logger
-from shared.transient import Failure, classify
+from shared.retry import Failure, classify
 
 log = get_logger(__name__)
 
@@ -129,7 +128,7 @@ class FleetRunner:
         return failure.service == "inference" and failure.transient
 
     def classify(self, exc: BaseException) -> Failure:
-        """``shared.transient.classify`` with ``inference`` meaning whichever fleet server an httpx error came
+        """``shared.retry.classify`` with ``inference`` meaning whichever fleet server an httpx error came
         from (the aiohttp transport's errors are the LLM's anyway)."""
         url = str(exc.request.url) if getattr(exc, "_request", None) is not None else ""
         server = next((u for u in self.clients if url.startswith(u)), self.services.get("inference", ""))

@@ -1,7 +1,7 @@
 """Back off while a dependency is down instead of burning prompts on it.
 
 A group that fails because the LLM, the retriever, the searcher or Redis is unreachable, timing out or
-answering 502/503/504/429 (a transient failure, ``shared.transient``) failed through no fault of its prompt:
+answering 502/503/504/429 (a transient failure, ``shared.retry``) failed through no fault of its prompt:
 every prompt would fail the same way until the dependency returns. So such a failure does not count against
 the prompt (it goes back to the queue) and the ``DependencyGate`` pauses admission of new groups, probing the
 dependency with exponential backoff (0.5 s → 10 s) until it answers again. Failures that are the prompt's own (a 4xx, a 500, a reward bug) still
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from shared.log import get_logger
-from shared.transient import Failure
+from shared.retry import Failure
 
 log = get_logger(__name__)
 
@@ -40,7 +40,7 @@ def outage_dependency(failure: Failure) -> str | None:
 async def http_answers(base_url: str, timeout_s: float = 5.0) -> bool:
     """True when the service at ``base_url`` answers ``/health`` below 500 (a server without the route
     still proves it is up with its 404; a 503 is a server that is not ready yet). A health check, not a
-    request that failed: its own 500 says the server is unhealthy, so ``shared.transient`` does not apply."""
+    request that failed: its own 500 says the server is unhealthy, so ``shared.retry`` does not apply."""
     root = base_url.rstrip("/").removesuffix("/retrieve")  # Search-R1 configs give the full route
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:

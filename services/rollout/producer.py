@@ -33,9 +33,9 @@ from services.rollout.outage import DependencyGate, http_answers, outage_depende
 from services.rollout.scoring import build_group, combine_group, score_episode
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
+from shared.retry import Failure, classify
 from shared.staleness import group_staleness
 from shared.stream import StreamQueue
-from shared.transient import Failure, classify
 
 log = get_logger(__name__)
 

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from recipes.core.aio_llm import AiohttpCompletions
 from recipes.core.batching import BatchingRetriever
 from recipes.core.context import AgentContext
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
@@ -16,7 +15,7 @@ from recipes.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
 from recipes.search_r1 import SearchR1Params
 from recipes.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings
-from shared.inference_client import InferenceClient
+from shared.inference_client import AiohttpCompletions, InferenceClient
 from shared.retriever_client import AsyncRetrieverClient
 from shared.retry import RetryPolicy
 

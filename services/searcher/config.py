@@ -32,7 +32,7 @@ class SearcherSettings(ServiceSettings):
     retry_attempts: int = Field(
         4,
         ge=1,
-        description="Tries per call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.transient)",
+        description="Tries per call on 429/502/503/504 and connection errors (never on other 4xx or 500; shared.retry)",
     )
 
     def budget(self) -> Budget:

@@ -3,7 +3,7 @@
 ``Patience.call`` retries a call that failed for want of its dependency, with exponential backoff, until it
 succeeds or ``give_up_s`` has passed since the first failure: one warning when the outage starts, one line
 when the dependency is back, and ``DependencyDown`` when it never comes back (the only way an outage ends a
-long-running service). Which failures are outages is ``shared.transient``'s rule (``is_outage``). A set
+long-running service). Which failures are outages is ``shared.retry``'s rule (``is_outage``). A set
 ``stop`` event (SIGTERM) cuts any wait to ``stop_grace_s``: a service that was told to stop must not hang on a
 dependency that is gone.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shared.log import get_logger
-from shared.transient import classify
+from shared.retry import classify
 
 log = get_logger(__name__)
 
@@ -35,7 +35,7 @@ class DependencyDown(RuntimeError):
 
 def is_outage(exc: BaseException) -> bool:
     """True when ``exc`` says the dependency is unreachable or not serving, not that the request itself was
-    wrong: a transient failure (``shared.transient``). A 500 is not one: weights that do not load fail again
+    wrong: a transient failure (``shared.retry``). A 500 is not one: weights that do not load fail again
     however long we wait."""
     return classify(exc).transient
 

@@ -1,15 +1,17 @@
-"""One completion core: the sampling arguments and their defaults live in ``completion_body`` only; the three
-transports (async and sync httpx, the rollout's aiohttp) take them through and add none of their own."""
+"""One client surface: the sampling arguments and their defaults live in ``completion_body`` only; the three
+transports (async and sync httpx, the rollout's aiohttp) take them through and add none of their own; the sync
+client is the async one's methods, run on its own loop thread."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import inspect
+import threading
 
 import pytest
 
-from recipes.core.aio_llm import AiohttpCompletions
-from shared.inference_client import InferenceClient, SyncInferenceClient
-from shared.inference_wire import completion_body
+from shared.inference_client import AiohttpCompletions, InferenceClient, SyncInferenceClient, completion_body
 
 
 @pytest.mark.parametrize("transport", [InferenceClient, SyncInferenceClient, AiohttpCompletions])
@@ -26,3 +28,26 @@ def test_the_body_holds_the_defaults():
     assert completion_body("policy", [1], max_tokens=1, ignore_eos=True)["ignore_eos"] is True  # any vLLM field
     with pytest.raises(TypeError):
         completion_body("policy", [1])  # max_tokens is required, whichever transport sends it
+
+
+def test_the_sync_client_has_the_async_clients_methods():
+    skip = {"aclose"}
+    for name, method in inspect.getmembers(InferenceClient, inspect.iscoroutinefunction):
+        if name.startswith("_") or name in skip:
+            continue
+        sync = getattr(SyncInferenceClient, name)
+        assert inspect.signature(sync).parameters == inspect.signature(method).parameters, name
+
+
+def test_the_sync_client_runs_anywhere_and_leaves_no_thread():
+    before = threading.active_count()
+    for _ in range(3):
+        assert SyncInferenceClient("http://127.0.0.1:1").health() is False  # dropped without close
+    gc.collect()
+
+    async def inside_a_running_loop() -> bool:
+        with SyncInferenceClient("http://127.0.0.1:1") as llm:
+            return llm.health()
+
+    assert asyncio.run(inside_a_running_loop()) is False
+    assert threading.active_count() == before

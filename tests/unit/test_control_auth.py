@@ -101,17 +101,17 @@ def test_open_routes_stay_open(monkeypatch):
 async def test_the_inference_clients_send_the_configured_token(monkeypatch):
     monkeypatch.setenv(CONTROL_TOKEN_ENV, "s3cret")
     with SyncInferenceClient("http://127.0.0.1:1") as sync:
-        assert sync._http.headers["authorization"] == "Bearer s3cret"
+        assert sync.client._http.headers["authorization"] == "Bearer s3cret"
     async with InferenceClient("http://127.0.0.1:1", api_key="other") as llm:
         assert llm._http.headers["authorization"] == "Bearer other"  # an explicit key wins
     monkeypatch.delenv(CONTROL_TOKEN_ENV)
     with SyncInferenceClient("http://127.0.0.1:1") as sync:
-        assert "authorization" not in sync._http.headers
+        assert "authorization" not in sync.client._http.headers
 
 
 async def test_the_rollouts_aiohttp_client_sends_the_configured_token(monkeypatch):
     pytest.importorskip("aiohttp")
-    from recipes.core.aio_llm import AiohttpCompletions
+    from shared.inference_client import AiohttpCompletions
 
     monkeypatch.setenv(CONTROL_TOKEN_ENV, "s3cret")
     llm = AiohttpCompletions("http://127.0.0.1:1")

@@ -8,8 +8,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from recipes.core.aio_llm import AiohttpCompletions
-from shared.inference_client import InferenceError
+from shared.inference_client import AiohttpCompletions, InferenceError
 from shared.redis_server import free_port
 from shared.retry import RetryPolicy
 from tests.integration.rollout.servers import completions_stub
@@ -41,7 +40,7 @@ async def test_a_refused_connection_is_retried(caplog):
             await llm.complete("policy", [1, 2, 3], max_tokens=4)
     finally:
         await llm.aclose()
-    assert caplog.text.count("inference transport error, retrying") == 2
+    assert caplog.text.count("transient failure, retrying") == 2
 
 
 @pytest.mark.parametrize(("status", "calls"), [(500, 1), (503, 3), (429, 3), (404, 1)])

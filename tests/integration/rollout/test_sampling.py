@@ -9,7 +9,7 @@ from aiohttp import web
 from recipes.core.tokenizer import CharTokenizer
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
-from shared.inference_wire import completion_body
+from shared.inference_client import completion_body
 from shared.protocol.inference import CompletionRequest
 from testing.fake_llm import FakeLLM, protocol_script
 from tests.integration.rollout.servers import completions_stub

@@ -117,7 +117,7 @@ async def test_llm_500_is_not_retried_and_counts_against_the_prompt_which_is_req
     fake_llm, make_settings, redis_client
 ):
     settings = make_settings(fake_llm.url, agent="search-r1", n_samples=1, max_running_groups=1, retry_attempts=3)
-    fake_llm.fail_next(1)  # a 500: this request failed (shared.transient), sending it again would not help
+    fake_llm.fail_next(1)  # a 500: this request failed (shared.retry), sending it again would not help
     producer = await run_producer(settings, redis_client, max_groups=2)
     assert fake_llm.requests == 1 + len(fake_llm.calls)  # the failing call was tried once
     assert producer.failures == {"inference_http_500": 1} and producer.stats.published == 1

@@ -109,9 +109,7 @@ def _replay(calls: list[httpx.Request], routes: dict[str, httpx.Response]) -> ht
 
 
 def _client(transport: httpx.MockTransport) -> SyncInferenceClient:
-    client = SyncInferenceClient("http://vllm", retry=NO_WAIT)
-    client._http = httpx.Client(base_url="http://vllm", transport=transport)
-    return client
+    return SyncInferenceClient("http://vllm", retry=NO_WAIT, transport=transport)
 
 
 def test_sync_client_against_replayed_vllm():
@@ -174,8 +172,7 @@ async def test_async_client_retries_5xx_then_succeeds():
             httpx.Response(200, json=body),
         ]
     )
-    client = InferenceClient("http://vllm", retry=NO_WAIT)
-    client._http = httpx.AsyncClient(base_url="http://vllm", transport=httpx.MockTransport(lambda r: next(replies)))
+    client = InferenceClient("http://vllm", retry=NO_WAIT, transport=httpx.MockTransport(lambda r: next(replies)))
     async with client:
         out = await client.complete("policy", [1], max_tokens=4, n=2)
     assert out.choices[1].stop_reason == body["choices"][1]["stop_reason"] is not None

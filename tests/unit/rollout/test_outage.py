@@ -13,7 +13,7 @@ from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, outage_dependency
 from services.rollout.producer import PromptQueue
 from shared.inference_client import InferenceError
-from shared.transient import classify
+from shared.retry import classify
 
 SERVICES = {"inference": "http://llm:8002", "retriever": "http://retriever:8000", "searcher": "http://searcher:8001"}
 

@@ -1,4 +1,4 @@
-"""Prompt queue order and re-queueing, and the settings' per-role budgets (failure labels: ``tests/unit/test_transient.py``)."""
+"""Prompt queue order and re-queueing, and the settings' per-role budgets (failure labels: ``tests/unit/test_retry.py``)."""
 
 from __future__ import annotations
 
