@@ -72,7 +72,7 @@ def step_inputs(data: dict, steps: int, sft_batch: int) -> list[tuple[list, list
                 {
                     "old_logp": s["logprobs"],
                     "adv": [float(a)] * len(s["token_ids"]),
-                    "lag": [1.0] * len(s["token_ids"]),
+                    "staleness": [1.0] * len(s["token_ids"]),
                 },
                 i,
             )

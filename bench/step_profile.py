@@ -58,7 +58,7 @@ def batch(seed: int = 0):
             prompt = [rng.randrange(49152) for _ in range(rng.randint(35, 55))]
         toks = prompt + [rng.randrange(49152) for _ in range(32)]
         n = len(toks)
-        fields = {"old_logp": [-5.0] * n, "adv": [rng.uniform(-1, 1)] * n, "lag": [0.0] * n}
+        fields = {"old_logp": [-5.0] * n, "adv": [rng.uniform(-1, 1)] * n, "staleness": [0.0] * n}
         seqs.append(TrainSeq(toks, [0] * len(prompt) + [1] * 32, fields, i))
     return seqs
 

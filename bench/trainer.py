@@ -40,7 +40,7 @@ def make_batch(rng: random.Random, vocab: int, n: int):
     for i, length in enumerate(lengths(rng, n)):
         prompt = min(length // 3, 120)
         tokens = [rng.randrange(vocab) for _ in range(length)]
-        fields = {"old_logp": [-8.0] * length, "adv": [rng.uniform(-1, 1)] * length, "lag": [0.0] * length}
+        fields = {"old_logp": [-8.0] * length, "adv": [rng.uniform(-1, 1)] * length, "staleness": [0.0] * length}
         seqs.append(TrainSeq(tokens, [0] * prompt + [1] * (length - prompt), fields, i))
     return seqs
 

@@ -89,21 +89,21 @@ TRAINING = Dashboard(
                 Panel(
                     "RED weights",
                     [
-                        ("coda_trainer_red_weight", "final weight"),
+                        ("coda_trainer_red_final_weight", "final weight"),
                         ("coda_trainer_red_entropy_weight", "entropy-change ratio"),
                         ("coda_trainer_red_accuracy_factor", "accuracy factor"),
-                        ("coda_trainer_red_sft_weight", "SFT loss weight"),
+                        ("coda_trainer_red_sft_loss_weight", "SFT loss weight"),
                     ],
                 ),
                 Panel(
                     "KL",
                     [
                         ("coda_trainer_kl", "KL to the reference"),
-                        ("coda_trainer_mismatch_kl", "sampler vs trainer (k3)"),
+                        ("coda_trainer_mismatch_kl_k3", "sampler vs trainer (k3)"),
                     ],
                 ),
                 Panel("Clip fraction", [("coda_trainer_clip_fraction", "clipped tokens")], unit="percentunit"),
-                Panel("Entropy", [("coda_trainer_entropy", "policy entropy (RL tokens)")]),
+                Panel("Entropy", [("coda_trainer_rl_entropy", "policy entropy (RL tokens)")]),
                 Panel(
                     "Importance weights",
                     [
@@ -181,7 +181,7 @@ PIPELINE = Dashboard(
                     [
                         ("coda_trainer_staleness_mean", "mean"),
                         ("coda_trainer_staleness_max", "max"),
-                        ("coda_trainer_dropped_stale_total", "dropped (total)"),
+                        ("coda_trainer_dropped_stale", "dropped (total)"),
                     ],
                 ),
                 Panel(
@@ -219,8 +219,8 @@ PIPELINE = Dashboard(
                 Panel(
                     "Weight sync latency",
                     [
-                        ("coda_trainer_weight_sync_seconds", "last publish"),
-                        (quantile(0.99, "coda_trainer_weight_sync_seconds_hist"), "p99 publish"),
+                        ("coda_trainer_publish_seconds", "last publish"),
+                        (quantile(0.99, "coda_trainer_publish_seconds_hist"), "p99 publish"),
                         (quantile(0.99, "coda_inference_weight_update_seconds", "kind"), "p99 apply ({{kind}})"),
                     ],
                     unit="s",

@@ -20,69 +20,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.trainer.metrics import GAUGE_PREFIX, GAUGES, METRICS
+
 REPO = Path(__file__).resolve().parents[2]
 
-# Every key the trainer writes to train.jsonl (one line per optimizer step), and what it means.
-LOG_KEYS: dict[str, str] = {
-    "step": "optimizer steps taken so far (the step this line is about)",
-    "version": "policy version published after this step (the weights the rollout samples next)",
-    "time": "Unix time the line was written",
-    "step_seconds": "wall seconds of the whole step, reading its groups from Redis included",
-    "seconds": "wall seconds of the optimizer step itself (forward, backward, update)",
-    "tokens_per_second": "tokens through the model per second of the optimizer step",
-    "tokens": "tokens through the model this step (RL and SFT)",
-    "total_tokens": "tokens through the model since the run began",
-    "rl_tokens": "trained RL tokens this step (loss mask 1: tokens the policy sampled)",
-    "rl_sequences": "RL samples trained this step",
-    "sft_tokens": "demonstration tokens trained this step (RED / SFT co-training)",
-    "micro_batches": "micro-batches the step was split into (token budget `micro_batch_tokens`)",
-    "loss": "the RL loss: policy-gradient loss, plus the KL term, minus the entropy bonus (SFT not included)",
-    "pg_loss": "the clipped policy-gradient (PPO/GRPO) loss alone",
-    "sft_loss": "mean cross-entropy per demonstration token (before its weight `red/sft_loss_weight`)",
-    "kl": "KL to the fixed reference model, mean per trained token (only when `kl_coef > 0`)",
-    "entropy": "mean entropy of the policy on the trained RL tokens (the objective's estimate)",
-    "rl_entropy": "mean entropy on the RL tokens of the step (what RED compares)",
-    "sft_entropy": "mean entropy on the demonstration tokens of the step (what RED compares)",
-    "clip_fraction": "share of trained tokens whose ratio π/π_old was clipped (either side or dual clip)",
-    "clip_low_fraction": "share clipped at 1 − ε_low (negative advantage)",
-    "clip_high_fraction": "share clipped at 1 + ε_high (positive advantage)",
-    "dual_clip_fraction": "share held by the dual clip (negative advantage, ratio above `dual_clip`)",
-    "ratio_mean": "mean ratio π/π_old on trained tokens (1.0 on-policy)",
-    "approx_kl": "k3 estimate of KL(π_old ‖ π) on trained tokens: how far this step moved the policy",
-    "ppo_kl": "k1 estimate of KL(π_old ‖ π): mean of log π_old − log π",
-    "is_weight_mean": "mean importance weight π_old/μ against the sampler's logprobs μ (after truncation)",
-    "is_ess": "normalised effective sample size of the importance weights (1.0: all equal)",
-    "is_token_truncated_fraction": "share of tokens whose importance weight was truncated at `is_cap`",
-    "is_seq_masked_fraction": "share of sequences masked out for an importance weight outside its bounds",
-    "mismatch_kl_k1": "k1 estimate of KL(sampler ‖ trainer): how far the server's logprobs are from the trainer's",
-    "mismatch_kl_k3": "k3 estimate of the same mismatch (always ≥ 0; 0 with weights in sync)",
-    "lag_mean": "mean staleness of the trained tokens, in policy versions",
-    "grad_norm": "gradient norm before clipping",
-    "lr": "learning rate of the step",
-    "red/sft_loss_weight": "weight of the SFT loss this step: `sft_coef` × RED's final weight "
-    "(without RED: the fixed coefficient)",
-    "red/final_weight": "RED's weight: entropy weight × accuracy factor, clamped to [floor, G²]",
-    "red/entropy_weight": "RED's entropy-change ratio |ΔH_sft| / |ΔH_rl|, clamped to [1, G]",
-    "red/accuracy_factor": "RED's accuracy factor G^(1 − 2·acc): more SFT while the policy is wrong",
-    "red/batch_accuracy": "share of planner (non-executor) samples whose answer scored above the threshold "
-    "(−1: no RL sample this step)",
-    "red/h_rl": "EMA of the RL tokens' entropy",
-    "red/h_rl_prev": "that EMA one step earlier",
-    "red/h_sft": "EMA of the demonstration tokens' entropy",
-    "red/h_sft_prev": "that EMA one step earlier",
-    "reward_mean": "mean reward of the step's RL samples (sampled at the recipe's temperature, not greedy)",
-    "reward_std": "standard deviation of the step's rewards",
-    "groups": "prompt groups trained this step (0: demonstrations only, e.g. the warm start)",
-    "zero_variance_groups": "groups whose samples all got the same reward: no advantage, no learning signal",
-    "skipped_zero_advantage": "samples not run through the model for having advantage 0 (`zero_advantage`)",
-    "dropped_stale": "samples dropped for staleness since the run began",
-    "dropped_stale_step": "samples dropped for staleness this step",
-    "staleness_max": "largest staleness of the step's groups, in policy versions",
-    "queue_lag": "groups in the `trajectories` stream not yet read by the trainer",
-    "queue_pending": "groups read by the trainer and not yet acknowledged (awaiting a checkpoint)",
-    "publish_seconds": "seconds to publish this step's weights to the inference server",
-    "sync_max_abs_diff": "largest |server − trainer| logprob of the sync check after the publish (`sync_check` on)",
-}
+# Every key the trainer writes to train.jsonl (one line per optimizer step), and what it means: the trainer's
+# metrics table, the one definition of each quantity (torch-free to import).
+LOG_KEYS: dict[str, str] = {m.key: m.meaning for m in METRICS}
 # Keys the trainer's metric dicts carry that never reach the log (tensors of one micro-batch, or folded in).
 # ``h_rl``…: RED's EMAs before their ``red/`` prefix (``_COMPUTED``).
 _NOT_LOGGED = {"ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped", "num_tokens"}
@@ -199,12 +143,8 @@ def log_keys() -> set[str]:
 
 
 def trainer_gauges() -> dict[str, str]:
-    """``coda_trainer_<name>`` → the record key it shows (``observe.GAUGES``)."""
-    observe = _source("services/trainer/observe.py")
-    for node in observe.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "GAUGES":
-            return {_str(k): _str(v) for k, v in zip(node.value.keys, node.value.values, strict=True)}
-    raise LookupError("services/trainer/observe.py has no GAUGES")
+    """``coda_trainer_<name>`` → the record key it shows (the gauges of ``services.trainer.metrics``)."""
+    return {m.gauge_name.removeprefix(GAUGE_PREFIX): m.key for m in GAUGES}
 
 
 def reward_components() -> set[str]:
@@ -281,10 +221,10 @@ def prometheus_families() -> tuple[Family, ...]:
                 continue
             where = f"{path.relative_to(REPO)}"
             first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
-            if isinstance(first, ast.JoinedStr) and where == "services/trainer/observe.py":
-                for name, key in gauges.items():
-                    out[f"coda_trainer_{name}"] = Family(
-                        f"coda_trainer_{name}", kind, f"`{key}` of the last step: {LOG_KEYS[key]}", (), where
+            if where == "services/trainer/observe.py" and isinstance(first, ast.Attribute | ast.JoinedStr):
+                for name, key in gauges.items():  # the gauges of the metrics table, one per record key
+                    out[f"{GAUGE_PREFIX}{name}"] = Family(
+                        f"{GAUGE_PREFIX}{name}", kind, f"`{key}` of the last step: {LOG_KEYS[key]}", (), where
                     )
                 continue
             name = _str(first) or (constants.get(first.id) if isinstance(first, ast.Name) else None)

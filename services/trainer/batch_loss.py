@@ -17,14 +17,11 @@ from dataclasses import dataclass, field
 import torch
 
 from services.trainer.config import TrainerSettings
+from services.trainer.metrics import RL_METRICS, RL_SHARES
 from services.trainer.packing import MicroBatch
 from services.trainer.rl.importance import mismatch_metrics
 from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
 from services.trainer.rl.policy_loss import ClipConfig
-
-# Metrics that are already shares of the global loss (the global normaliser divided them): summed over
-# micro-batches as they are. Every other metric is a local mean, weighted by the micro-batch's trained tokens.
-_SHARES = {"pg_loss", "loss"}
 
 
 def loss_config(s: TrainerSettings) -> LossConfig:
@@ -71,7 +68,7 @@ class Objective:
         if bypass:  # how far the trainer's logprobs are from the sampler's (0 on-policy with synced weights)
             metrics.update(mismatch_metrics(logp, sampler, batch.target_mask))
         mask = batch.target_mask
-        metrics["lag_mean"] = float((batch.fields["lag"] * mask).sum() / mask.sum().clamp(min=1))
+        metrics["staleness_mean"] = float((batch.fields["staleness"] * mask).sum() / mask.sum().clamp(min=1))
         return loss * norms["world"], metrics
 
 
@@ -79,9 +76,11 @@ class Objective:
 class RlMetrics:
     """The RL objective's metrics over many micro-batches (and ranks): sums, averaged once at the end.
 
-    ``shares``: metrics each micro-batch reports as its share of the step's value (``pg_loss``, ``loss``), so
-    their sum is the value; ``token_sums``: Σ local mean × ``tokens`` of the micro-batch, for every other
-    metric, so that ``means`` weights each micro-batch by its trained tokens however the step was split.
+    How each folds is its ``reduce`` in ``services.trainer.metrics``: ``shares`` are the metrics each micro-batch
+    reports as its share of the step's value (``pg_loss``, ``loss``), so their sum is the value; ``token_sums``
+    hold Σ local mean × ``tokens`` of the micro-batch for every other one, so that ``means`` weights each
+    micro-batch by its trained tokens however the step was split. A metric the table does not define is an
+    error, not a silently logged new name.
     """
 
     shares: dict[str, float] = field(default_factory=dict)
@@ -93,10 +92,12 @@ class RlMetrics:
         n = metrics.get("num_tokens", 0.0)
         self.tokens += n
         for k, v in metrics.items():
-            if k in _SHARES:
+            if k in RL_SHARES:
                 self.shares[k] = self.shares.get(k, 0.0) + v
-            elif k != "num_tokens":
+            elif k in RL_METRICS:
                 self.token_sums[k] = self.token_sums.get(k, 0.0) + v * n
+            elif k != "num_tokens":
+                raise KeyError(f"the RL objective reports {k!r}, which services/trainer/metrics.py does not define")
 
     def means(self) -> dict[str, float]:
         """Each metric over all micro-batches added: the token-weighted mean, or the summed share."""

@@ -119,7 +119,7 @@ def teaching(seqs: list[TrainSeq], keep_one: bool = False) -> tuple[list[TrainSe
 def to_sequences(
     groups: list[TrajectoryGroup], advantages: dict[str, float], version: int, max_staleness: int, policy: str
 ) -> tuple[list[TrainSeq], int]:
-    """One ``TrainSeq`` per trainable sample with per-token fields ``old_logp``, ``adv`` and ``lag``.
+    """One ``TrainSeq`` per trainable sample with per-token fields ``old_logp``, ``adv`` and ``staleness``.
 
     ``advantages`` maps ``"group_id/sample_id"`` to the sample's advantage, computed on the full groups
     before anything is dropped (a stale sample does not move its group's baseline). Samples with no trained
@@ -142,7 +142,7 @@ def to_sequences(
                     tokens=list(s.token_ids),
                     mask=list(s.loss_mask),
                     index=len(seqs),
-                    fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "lag": token_staleness(s, version)},
+                    fields={"old_logp": list(s.logprobs), "adv": [adv] * n, "staleness": token_staleness(s, version)},
                 )
             )
     return seqs, dropped

@@ -15,52 +15,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from services.trainer.metrics import GAUGES, PLOTTED, check_keys
 from shared.log import get_logger
 from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
 
 log = get_logger(__name__)
-
-# Prometheus name (without the prefix) → record key.
-GAUGES = {
-    "step": "step",
-    "step_seconds": "step_seconds",
-    "tokens_per_second": "tokens_per_second",
-    "loss": "loss",
-    "pg_loss": "pg_loss",
-    "kl": "kl",
-    "entropy": "rl_entropy",
-    "sft_loss": "sft_loss",
-    "clip_fraction": "clip_fraction",
-    "is_weight_mean": "is_weight_mean",
-    "is_ess": "is_ess",
-    "is_seq_masked_fraction": "is_seq_masked_fraction",
-    "mismatch_kl": "mismatch_kl_k3",
-    "staleness_mean": "lag_mean",
-    "staleness_max": "staleness_max",
-    "dropped_stale_total": "dropped_stale",
-    "red_weight": "red/final_weight",
-    "red_entropy_weight": "red/entropy_weight",
-    "red_accuracy_factor": "red/accuracy_factor",
-    "red_sft_weight": "red/sft_loss_weight",
-    "reward_mean": "reward_mean",
-    "grad_norm": "grad_norm",
-    "lr": "lr",
-    "queue_lag": "queue_lag",
-    "queue_pending": "queue_pending",
-    "weight_sync_seconds": "publish_seconds",
-    "sync_max_abs_diff": "sync_max_abs_diff",
-}
-PLOTTED = (
-    "reward_mean",
-    "loss",
-    "pg_loss",
-    "kl",
-    "rl_entropy",
-    "sft_loss",
-    "red/final_weight",
-    "clip_fraction",
-    "tokens_per_second",
-)
 
 
 class Observer:
@@ -80,13 +39,11 @@ class Observer:
         self.gauges: dict[str, Gauge] = {}
         self.version = self.publish_hist = self.no_rl = None
         if registry is not None:
-            self.gauges = {
-                k: Gauge(f"coda_trainer_{k}", f"Trainer {k.replace('_', ' ')} (last step)", registry=registry)
-                for k in GAUGES
-            }
+            # One gauge per quantity the metrics table marks, named after its record key.
+            self.gauges = {m.key: Gauge(m.gauge_name, f"{m.meaning} (last step)", registry=registry) for m in GAUGES}
             self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
             self.publish_hist = Histogram(
-                "coda_trainer_weight_sync_seconds_hist",
+                "coda_trainer_publish_seconds_hist",  # the publish_seconds gauge, as a histogram
                 "Weight publish latency",
                 buckets=LATENCY_BUCKETS,
                 registry=registry,
@@ -107,13 +64,14 @@ class Observer:
 
     def record(self, rec: dict[str, float]) -> None:
         """Export one step's record everywhere."""
+        check_keys(rec)
         rec = {k: v for k, v in rec.items() if isinstance(v, int | float) and not math.isnan(v)}
         rec["time"] = time.time()
         with open(self.jsonl, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
-        for name, key in GAUGES.items():
-            if key in rec and name in self.gauges:
-                self.gauges[name].set(rec[key])
+        for key, gauge in self.gauges.items():
+            if key in rec:
+                gauge.set(rec[key])
         if self.run is not None:
             self.run.log({k: v for k, v in rec.items() if k != "step"}, step=int(rec.get("step", 0)))
         if int(rec.get("step", 0)) % self.plot_every == 0:

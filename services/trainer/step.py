@@ -31,7 +31,7 @@ RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tu
 
 @dataclass
 class StepInput:
-    rl: list[TrainSeq]  # fields: old_logp, adv, lag
+    rl: list[TrainSeq]  # fields: old_logp, adv, staleness
     sft: list[TrainSeq] = field(default_factory=list)  # demonstrations; mask 1 on the imitated tokens
     sft_weight: float = 0.0  # coefficient of the SFT cross-entropy this step (sft_coef × RED weight)
     # The RL samples the loss is normalised over, where it is more than ``rl``: samples left out of the
@@ -89,7 +89,7 @@ def train_step(
     rl_batches = layout(rl_seqs, budget, packing, share_prompts)
     sft_batches = layout(sft_seqs, budget, packing) if inp.sft_weight > 0 else []
     n_rl, n_sft = (int(x) for x in _all_reduce([len(rl_batches), len(sft_batches)], "max", eng.world))
-    fields = sorted(rl_seqs[0].fields) if rl_seqs else ["adv", "lag", "old_logp"]
+    fields = sorted(rl_seqs[0].fields) if rl_seqs else ["adv", "old_logp", "staleness"]
     rl_batches += [empty_batch(fields) for _ in range(n_rl - len(rl_batches))]
     sft_batches += [empty_batch([]) for _ in range(n_sft - len(sft_batches))]
     if ref is not None:

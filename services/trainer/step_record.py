@@ -1,9 +1,9 @@
 """One optimizer step's record for the JSONL log, the plots and the dashboards: the step's losses and RED
 state, the reward and each of its components averaged over the step's samples, staleness and the queue.
 
-Every key of ``train.jsonl`` is named here (the RL objective's metrics keep ``rl_loss``'s names): bench/
-scripts, the stack's report, the Grafana panels (``observe.GAUGES``) and tests read them, so a rename here is
-a rename for all of them.
+Every key is a quantity ``services.trainer.metrics`` defines (the record is checked against it): bench/
+scripts, the stack's report, the alerts, the Grafana panels and tests read them by those names, and the
+Prometheus gauges are named after them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.trainer.checkpoint import TrainState
+from services.trainer.metrics import check_keys
 from services.trainer.rl.red import REDWeights
 from services.trainer.step_result import StepResult
 from shared.protocol import TrajectoryGroup, WeightUpdate
@@ -61,6 +62,7 @@ def step_record(
         rec["publish_seconds"] = publish.publish_seconds
         if sync_diff is not None:
             rec["sync_max_abs_diff"] = sync_diff
+    check_keys(rec)
     return rec
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.trainer.batch_loss import RlMetrics
+from services.trainer.metrics import RL_METRICS
 
 
 @dataclass
@@ -26,9 +27,11 @@ class StepMetrics:
     def total(self, sum_over_ranks: Callable[[list[float]], list[float]]) -> StepMetrics:
         """These sums added up over ranks by ``sum_over_ranks``, called once (one collective for all).
 
-        Every rank runs the same objective, so every rank holds the same metric names: sorted, they line up.
+        Every rank runs the same objective, so every rank holds the same metrics: in the order the metrics table
+        declares them, they line up.
         """
-        shares, token_sums = sorted(self.rl.shares), sorted(self.rl.token_sums)
+        shares = [k for k in RL_METRICS if k in self.rl.shares]
+        token_sums = [k for k in RL_METRICS if k in self.rl.token_sums]
         flat = [self.rl_entropy_sum, self.sft_entropy_sum, self.sft_loss_sum, self.tokens, self.rl.tokens]
         flat += [self.rl.shares[k] for k in shares] + [self.rl.token_sums[k] for k in token_sums]
         v = sum_over_ranks(flat)

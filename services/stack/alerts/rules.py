@@ -89,7 +89,7 @@ RULES: tuple[Rule, ...] = (
         "PolicyServerBehind",
         "A policy server serves weights several versions older than the live policy.",
         "It gets no new episodes until it catches up: look at its weight loading (`coda_inference_weight_update_"
-        "seconds`, its log) and the trainer's publish (`coda_trainer_weight_sync_seconds`).",
+        "seconds`, its log) and the trainer's publish (`coda_trainer_publish_seconds`).",
         ("server_lag_versions", "server_behind_s"),
         lambda s: f"scalar(max(coda_policy_version)) - (coda_rollout_server_version >= 0) >= {s.server_lag_versions}",
         checks.server_behind,
@@ -102,7 +102,7 @@ RULES: tuple[Rule, ...] = (
         "servers' reloads, or max_staleness is too strict for this fleet. Look at `coda_trainer_staleness_*`.",
         ("stale_share", "window_steps", "window_minutes"),
         lambda s: (
-            f"max(delta(coda_trainer_dropped_stale_total[{_w(s)}])) / "
+            f"max(delta(coda_trainer_dropped_stale[{_w(s)}])) / "
             f"sum(increase(coda_rollout_episodes_total[{_w(s)}])) > {s.stale_share:g}"
         ),
         checks.stale_rollouts,
@@ -116,8 +116,8 @@ RULES: tuple[Rule, ...] = (
         "the trained ones (`sync_max_abs_diff`). A spike after a weight load points at the load.",
         ("mismatch_kl", "mismatch_spike_factor", "is_weight_deviation", "window_steps", "window_minutes"),
         lambda s: (
-            f"avg_over_time(coda_trainer_mismatch_kl[{_w(s)}]) > clamp_min({s.mismatch_spike_factor:g} * "
-            f"quantile_over_time(0.5, coda_trainer_mismatch_kl[{_lb(s)}]), {s.mismatch_kl:g}) "
+            f"avg_over_time(coda_trainer_mismatch_kl_k3[{_w(s)}]) > clamp_min({s.mismatch_spike_factor:g} * "
+            f"quantile_over_time(0.5, coda_trainer_mismatch_kl_k3[{_lb(s)}]), {s.mismatch_kl:g}) "
             f"or abs(coda_trainer_is_weight_mean - 1) > {s.is_weight_deviation:g}"
         ),
         checks.mismatch_spike,
@@ -130,8 +130,8 @@ RULES: tuple[Rule, ...] = (
         "at least entropy_solved_reward: a policy that solved its task may stop exploring.",
         ("entropy_fraction", "entropy_floor", "entropy_solved_reward", "window_steps", "window_minutes"),
         lambda s: (
-            f"coda_trainer_entropy < {s.entropy_fraction:g} * max_over_time(coda_trainer_entropy[{_lb(s)}]) "
-            f"and coda_trainer_entropy < {s.entropy_floor:g} "
+            f"coda_trainer_rl_entropy < {s.entropy_fraction:g} * max_over_time(coda_trainer_rl_entropy[{_lb(s)}]) "
+            f"and coda_trainer_rl_entropy < {s.entropy_floor:g} "
             f"and {_smoothed_reward(s)} < {s.entropy_solved_reward:g}"
         ),
         checks.entropy_collapse,

@@ -5,7 +5,7 @@
 Every term is aggregated with the same mode and the same GLOBAL normaliser, so the micro-batch losses of an
 optimizer batch add up to the batch loss however the batch was split. The KL term needs ``ref_logp`` only
 when ``kl_coef > 0`` (the default is 0: no reference model). The entropy term needs ``entropy`` (per-token
-categorical entropy from ``entropy.py``) only when ``entropy_coef != 0``; it is always reported when given.
+categorical entropy from ``entropy.py``) only when ``entropy_coef != 0``; the step reports its mean as ``rl_entropy``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from services.trainer.rl.importance import ISMode, SeqAgg, importance_weights
 from services.trainer.rl.kl import KLEstimator, kl_loss
-from services.trainer.rl.policy_loss import AggMode, ClipConfig, aggregate, masked_mean, policy_loss
+from services.trainer.rl.policy_loss import AggMode, ClipConfig, aggregate, policy_loss
 
 
 @dataclass(frozen=True)
@@ -99,11 +99,8 @@ def rl_loss(batch: LossInputs, cfg: LossConfig, normaliser: float) -> tuple[torc
         )
         loss = loss + cfg.kl_coef * kl
         metrics.update(kl_metrics)
-    if batch.entropy is not None:
-        if cfg.entropy_coef != 0:
-            loss = loss - cfg.entropy_coef * aggregate(
-                batch.entropy, batch.mask, cfg.agg, normaliser, batch.segment_ids
-            )
-        metrics["entropy"] = float(masked_mean(batch.entropy.detach(), batch.mask))
+    if batch.entropy is not None and cfg.entropy_coef != 0:
+        # Its mean is the step's ``rl_entropy`` (``step_result``), not a metric of its own here.
+        loss = loss - cfg.entropy_coef * aggregate(batch.entropy, batch.mask, cfg.agg, normaliser, batch.segment_ids)
     metrics["loss"] = float(loss.detach())
     return loss, metrics

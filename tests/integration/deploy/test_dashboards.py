@@ -154,11 +154,11 @@ def test_dashboard_covers_its_topic(name):
     wanted = {
         "training": [
             "coda_rollout_reward_component",
-            "coda_trainer_red_weight",
+            "coda_trainer_red_final_weight",
             "coda_trainer_loss",
             "coda_trainer_kl",
             "coda_trainer_clip_fraction",
-            "coda_trainer_entropy",
+            "coda_trainer_rl_entropy",
             "coda_trainer_step_seconds",
             "coda_trainer_tokens_per_second",
         ],
@@ -167,7 +167,7 @@ def test_dashboard_covers_its_topic(name):
             "coda_trainer_queue_lag",
             "coda_rollout_staleness_versions",
             "coda_rollout_admission_wait_seconds",
-            "coda_trainer_weight_sync_seconds",
+            "coda_trainer_publish_seconds",
             "coda_rollout_failures_total",
         ],
         "retrieval": ["coda_retriever_queries_total", "coda_http_request_seconds", "coda_retriever_batch_queries"],

@@ -37,7 +37,7 @@ def _step(eng, settings, rng, vocab):
             TrainSeq(
                 tokens,
                 [0] * 4 + [1] * (n - 4),
-                {"old_logp": [-8.0] * n, "adv": [rng.uniform(-1, 1)] * n, "lag": [0.0] * n},
+                {"old_logp": [-8.0] * n, "adv": [rng.uniform(-1, 1)] * n, "staleness": [0.0] * n},
                 i,
             )
         )

@@ -52,7 +52,7 @@ def test_reward_components_include_the_answer_scores_and_computed_names():
 
 def test_every_trainer_gauge_shows_a_logged_key():
     gauges = trainer_gauges()
-    assert gauges["red_sft_weight"] == "red/sft_loss_weight"
+    assert gauges["red_sft_loss_weight"] == "red/sft_loss_weight"  # one name: the key, "/" as "_"
     assert set(gauges.values()) <= set(LOG_KEYS)
     names = {f.name for f in prometheus_families()}
     assert {f"coda_trainer_{n}" for n in gauges} <= names

@@ -19,7 +19,7 @@ def test_sequences_carry_advantage_sampler_logprobs_and_lag():
     s = seqs[0]
     assert s.tokens == g.samples[0].token_ids and s.mask == g.samples[0].loss_mask
     assert s.fields["old_logp"] == g.samples[0].logprobs
-    assert s.fields["lag"] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # 1 version behind, on trained tokens only
+    assert s.fields["staleness"] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # 1 version behind, on trained tokens only
 
 
 def test_stale_samples_dropped_or_kept_and_baseline_unchanged():
@@ -28,7 +28,7 @@ def test_stale_samples_dropped_or_kept_and_baseline_unchanged():
     seqs, dropped = to_sequences([g], adv, version=5, max_staleness=1, policy="drop")
     assert seqs == [] and dropped == 2
     kept, dropped = to_sequences([g], adv, version=5, max_staleness=1, policy="correct")
-    assert len(kept) == 2 and dropped == 0 and kept[0].fields["lag"][-1] == 3.0
+    assert len(kept) == 2 and dropped == 0 and kept[0].fields["staleness"][-1] == 3.0
 
 
 def test_sample_without_trained_tokens_is_skipped():

@@ -30,7 +30,7 @@ def _input(seed: int) -> StepInput:
         tokens = [rng.randrange(64) for _ in range(n)]
         mask = [0, 0] + [1] * (n - 2)
         seqs.append(
-            TrainSeq(tokens, mask, {"adv": [rng.uniform(-1, 1)] * n, "old_logp": [0.0] * n, "lag": [0.0] * n}, i)
+            TrainSeq(tokens, mask, {"adv": [rng.uniform(-1, 1)] * n, "old_logp": [0.0] * n, "staleness": [0.0] * n}, i)
         )
     return StepInput(rl=seqs)
 

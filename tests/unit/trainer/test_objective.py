@@ -15,7 +15,7 @@ def _batch(adv: float = 1.0, old: float = -1.0):
         TrainSeq(
             [5, 6, 7, 8],
             [0, 1, 1, 1],
-            {"old_logp": [0.0, old, old, old], "adv": [adv] * 4, "lag": [0.0, 1.0, 1.0, 1.0]},
+            {"old_logp": [0.0, old, old, old], "adv": [adv] * 4, "staleness": [0.0, 1.0, 1.0, 1.0]},
             0,
         )
     ]
@@ -31,7 +31,7 @@ def test_bypass_ratio_against_sampler_and_gradient_sign():
     assert (logp.grad[b.target_mask > 0] < 0).all()  # descending raises the logprob of a positive-advantage token
     assert (logp.grad[b.target_mask == 0] == 0).all()  # untrained positions get no gradient
     out = m  # one micro-batch: its local means are the step's
-    assert out["ratio_mean"] == pytest.approx(1.0) and out["lag_mean"] == pytest.approx(1.0)
+    assert out["ratio_mean"] == pytest.approx(1.0) and out["staleness_mean"] == pytest.approx(1.0)
     assert out["mismatch_kl_k3"] == pytest.approx(0.0)
 
 

@@ -37,8 +37,8 @@ def test_jsonl_gauges_and_plots(tmp_path):
     assert (tmp_path / "losses.png").stat().st_size > 1000 and (tmp_path / "rewards.png").is_file()
     client = TestClient(app)
     metrics = client.get("/metrics").text
-    assert "coda_trainer_step 3.0" in metrics and "coda_trainer_red_weight 1.5" in metrics
-    assert "coda_policy_version 3.0" in metrics and "coda_trainer_weight_sync_seconds_hist_count 1.0" in metrics
+    assert "coda_trainer_step 3.0" in metrics and "coda_trainer_red_final_weight 1.5" in metrics
+    assert "coda_policy_version 3.0" in metrics and "coda_trainer_publish_seconds_hist_count 1.0" in metrics
     assert client.get("/health").status_code == 503  # no trainer yet
     holder["t"] = SimpleNamespace(
         ready=threading.Event(),

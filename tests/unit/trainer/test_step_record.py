@@ -24,8 +24,7 @@ PARTS = [
         "loss": 0.5,
         "clip_fraction": 0.5,
         "ratio_mean": 1.5,
-        "entropy": 2.0,
-        "lag_mean": 1.0,
+        "staleness_mean": 1.0,
         "num_tokens": 30.0,
     },
     {
@@ -33,8 +32,7 @@ PARTS = [
         "loss": 0.25,
         "clip_fraction": 0.0,
         "ratio_mean": 1.0,
-        "entropy": 1.0,
-        "lag_mean": 0.0,
+        "staleness_mean": 0.0,
         "num_tokens": 10.0,
     },
 ]
@@ -105,8 +103,7 @@ def test_rl_step_record_is_the_hand_written_dict():
         # the RL objective's metrics: token-weighted means ((0.5·30 + 0·10) / 40 ...), shares summed
         "clip_fraction": 0.375,
         "ratio_mean": 1.375,
-        "entropy": 1.75,
-        "lag_mean": 0.75,
+        "staleness_mean": 0.75,
         "pg_loss": 0.375,
         "loss": 0.75,
         # the step
