@@ -34,9 +34,6 @@ _NOT_LOGGED |= {"h_rl", "h_rl_prev", "h_sft", "h_sft_prev"}
 _LOG_SOURCES = (
     "services/trainer/step_record.py",
     "services/trainer/batch_loss.py",
-    "services/trainer/rl/policy_loss.py",
-    "services/trainer/rl/importance.py",
-    "services/trainer/rl/kl.py",
     "services/trainer/rl/loss.py",
 )
 # Keys written under a computed name: ``f"red/{k}"`` over the EMAs, ``f"reward/{k}"`` over the components.

@@ -19,9 +19,7 @@ import torch
 from services.trainer.config import TrainerSettings
 from services.trainer.metrics import RL_METRICS, RL_SHARES
 from services.trainer.packing import MicroBatch
-from services.trainer.rl.importance import mismatch_metrics
-from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
-from services.trainer.rl.policy_loss import ClipConfig
+from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, mismatch_metrics, rl_loss
 
 
 def loss_config(s: TrainerSettings) -> LossConfig:

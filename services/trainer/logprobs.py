@@ -18,7 +18,19 @@ from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from services.trainer.packing import MicroBatch
-from services.trainer.rl.entropy import categorical_entropy
+
+
+def categorical_entropy(logp_all: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy −Σ p·log p from full-vocabulary log-probabilities (``log_softmax`` of the logits).
+
+    THE entropy estimator, on both the RL and the SFT side (RED compares the two, so they must match): this
+    forward pass is the one place it is computed, and ``HeadLogprobs.backward`` holds its gradient. (RED-CoDA
+    compared the SFT side's categorical entropy with the RL side's sampled-token NLL: different quantities.)
+    From log-probabilities, in float32 (or float64 if given that): a token whose probability underflows to 0
+    still has a finite log p here, so its term is 0·(−200) = 0, where log(softmax(z)) would give 0·(−inf) = NaN.
+    """
+    logp = logp_all.to(torch.promote_types(logp_all.dtype, torch.float32))
+    return -(logp.exp() * logp).sum(-1)
 
 
 def _head_chunk(

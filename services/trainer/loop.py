@@ -43,9 +43,8 @@ from services.trainer.ranks import Ranks, set_collective_timeout
 from services.trainer.rl.advantages import trajectory_advantages
 from services.trainer.rl.red import REDConfig, REDState, REDWeights, planner_accuracy, red_weights
 from services.trainer.sft import SftData
-from services.trainer.step import StepInput, train_step
+from services.trainer.step import StepInput, StepResult, train_step
 from services.trainer.step_record import Rollouts, step_record
-from services.trainer.step_result import StepResult
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample, wait_served
 from shared.admission import taken
 from shared.log import get_logger
@@ -222,12 +221,14 @@ class Trainer:
             if s.zero_advantage == "skip":
                 norm = everything  # normalised as if all were trained: the gradient is the whole batch's
         rows = [smp for g in groups for smp in g.samples]
-        accuracy = planner_accuracy(
-            [smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
-            [smp.role for smp in rows],
-            s.red_accuracy_threshold,
-        )
-        red = red_weights(self.red, self.red_cfg, accuracy) if self.sft else None
+        red = None
+        if self.sft:  # RED weighs the demonstrations by the planner's accuracy: without them, nothing to weigh
+            accuracy = planner_accuracy(
+                [smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
+                [smp.role for smp in rows],
+                s.red_accuracy_threshold,
+            )
+            red = red_weights(self.red, self.red_cfg, accuracy)
         sft_weight = red.sft_loss_weight if red is not None else 0.0
         sft_seqs, cursor = [], st.sft_cursor
         if sft_weight > 0:

@@ -15,7 +15,7 @@ import numpy as np
 from services.trainer.checkpoint import TrainState
 from services.trainer.metrics import check_keys
 from services.trainer.rl.red import REDWeights
-from services.trainer.step_result import StepResult
+from services.trainer.step import StepResult
 from shared.protocol import TrajectoryGroup, WeightUpdate
 from shared.staleness import staleness
 from shared.stream import QueueStats

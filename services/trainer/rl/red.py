@@ -1,6 +1,6 @@
 """RED: the weight of the SFT co-training loss, from entropy dynamics and planner accuracy. Pure Python.
 
-Per step, with H the token-mean categorical entropy (``entropy.py``, the same estimator on both sides) kept as
+Per step, with H the token-mean categorical entropy (``logprobs.categorical_entropy``, the same estimator on both sides) kept as
 EMAs (decay β) with one step of delay (prev = the EMA before the latest update):
     relative: w_ent = clamp( |1 − H_sft/H_sft_prev| / (|1 − H_rl/H_rl_prev| + ε), 1, G )
     absolute: w_ent = clamp( |H_sft − H_sft_prev| / (|H_rl − H_rl_prev| + ε), 1, G )

@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-from services.trainer.rl.entropy import categorical_entropy
-from services.trainer.rl.importance import effective_sample_size, importance_weights, mismatch_metrics
-from services.trainer.rl.kl import kl_estimate, kl_loss
+from services.trainer.logprobs import categorical_entropy
+from services.trainer.rl.loss import effective_sample_size, importance_weights, kl_estimate, kl_loss, mismatch_metrics
 
 
 def t(*rows):

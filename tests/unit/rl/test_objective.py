@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
-from services.trainer.rl.policy_loss import ClipConfig, loss_normaliser
+from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, loss_normaliser, rl_loss
 
 
 def t(*rows):

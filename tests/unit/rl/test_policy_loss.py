@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.trainer.rl.policy_loss import (
+from services.trainer.rl.loss import (
     ClipConfig,
     aggregate,
     loss_normaliser,

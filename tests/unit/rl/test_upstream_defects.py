@@ -22,8 +22,7 @@ from recipes.answers import extract_answer
 from recipes.rewards.formulas import ExecutorRun, coda_reward, recursive_reasoner_reward
 from services.trainer.logprobs import _head_chunk
 from services.trainer.rl.advantages import group_advantages
-from services.trainer.rl.loss import LossConfig, LossInputs, rl_loss
-from services.trainer.rl.policy_loss import ClipConfig, ppo_token_loss
+from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, ppo_token_loss, rl_loss
 
 
 def test_coda_answer_term_is_six_f1_minus_three_and_format_is_planner_plus_executor():

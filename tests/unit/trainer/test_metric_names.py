@@ -15,8 +15,8 @@ from services.trainer.batch_loss import RlMetrics
 from services.trainer.metrics import BY_KEY, GAUGE_PREFIX, GAUGES, METRICS, PLOTTED, REWARD_PREFIX, gauge_name
 from services.trainer.observe import Observer
 from services.trainer.rl.red import REDWeights
+from services.trainer.step import StepMetrics
 from services.trainer.step_record import Rollouts, step_record
-from services.trainer.step_result import StepMetrics
 from shared.protocol import WeightUpdate
 from shared.stream import QueueStats
 from tests.unit.trainer.test_step_record import STATE, _groups, _result, _rl_metrics

@@ -10,7 +10,7 @@ from services.trainer.config import TrainerSettings
 from services.trainer.engine import autocast_dtype, param_dtype
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs, sequence_logprobs
 from services.trainer.packing import TrainSeq, pack
-from services.trainer.rl.importance import mismatch_metrics
+from services.trainer.rl.loss import mismatch_metrics
 from shared import precision
 from tests.unit.trainer.tiny import tiny_qwen2
 

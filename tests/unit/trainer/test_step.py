@@ -27,7 +27,9 @@ def _seqs(seed: int, n: int = 6, with_fields: bool = True) -> list[TrainSeq]:
     out = []
     for i in range(n):
         k = rng.randrange(5, 20)
-        fields = {"old_logp": [-4.0] * k, "adv": [rng.uniform(-1, 1)] * k, "staleness": [0.0] * k} if with_fields else {}
+        fields = (
+            {"old_logp": [-4.0] * k, "adv": [rng.uniform(-1, 1)] * k, "staleness": [0.0] * k} if with_fields else {}
+        )
         out.append(TrainSeq([rng.randrange(64) for _ in range(k)], [0, 0] + [1] * (k - 2), fields, i))
     return out
 

@@ -12,8 +12,8 @@ import pytest
 from services.trainer.batch_loss import RlMetrics
 from services.trainer.checkpoint import TrainState
 from services.trainer.rl.red import REDWeights
+from services.trainer.step import StepMetrics, StepResult
 from services.trainer.step_record import Rollouts, step_record
-from services.trainer.step_result import StepMetrics, StepResult
 from shared.protocol import Sample, TrajectoryGroup, WeightUpdate
 from shared.stream import QueueStats
 
