@@ -8,6 +8,6 @@ subproblem independence), ``efficiency`` (token efficiency, length penalty, thin
 Every agent's reward returns a ``RewardResult``: the scalar and its named components.
 """
 
-from recipes.rewards.result import RewardResult
+from recipes.core.context import RewardResult
 
 __all__ = ["RewardResult"]
