@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 from recipes import run_episode  # noqa: E402
 from recipes.core.aio_llm import AiohttpCompletions  # noqa: E402
-from recipes.core.batching import BatchingRetriever  # noqa: E402
 from recipes.core.context import AgentContext  # noqa: E402
 from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
@@ -39,7 +38,7 @@ from recipes.datasets import load_prompts  # noqa: E402
 from shared.inference_client import completion_body, parse_completion  # noqa: E402
 from shared.protocol.inference import CompletionRequest  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
-from shared.retriever_client import AsyncRetrieverClient  # noqa: E402
+from shared.retriever_client import AsyncRetrieverClient, BatchingRetriever  # noqa: E402
 from testing.fake_llm import FakeLLM, protocol_script  # noqa: E402
 from testing.serving import wait_healthy  # noqa: E402
 

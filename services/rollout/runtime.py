@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 import httpx
 
 from recipes.core.aio_llm import AiohttpCompletions
-from recipes.core.batching import BatchingRetriever
 from recipes.core.context import AgentContext
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from recipes.core.searcher_client import AsyncSearcherClient
@@ -17,7 +16,7 @@ from recipes.search_r1 import SearchR1Params
 from recipes.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings
 from shared.inference_client import InferenceClient
-from shared.retriever_client import AsyncRetrieverClient
+from shared.retriever_client import AsyncRetrieverClient, BatchingRetriever
 from shared.retry import RetryPolicy
 
 
