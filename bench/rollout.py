@@ -29,7 +29,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from recipes import run_episode  # noqa: E402
-from recipes.core.batching import BatchingRetriever  # noqa: E402
 from recipes.core.context import AgentContext  # noqa: E402
 from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
 from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
@@ -42,7 +41,7 @@ from shared.inference_client import (  # noqa: E402
 )
 from shared.protocol.inference import CompletionRequest  # noqa: E402
 from shared.redis_server import free_port  # noqa: E402
-from shared.retriever_client import AsyncRetrieverClient  # noqa: E402
+from shared.retriever_client import AsyncRetrieverClient, BatchingRetriever  # noqa: E402
 from testing.fake_llm import FakeLLM, protocol_script  # noqa: E402
 from testing.serving import wait_healthy  # noqa: E402
 

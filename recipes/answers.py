@@ -18,6 +18,9 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable
+from typing import Literal
+
+from recipes.core.context import RewardResult
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -149,3 +152,21 @@ def numeric_match(prediction: str | float | None, gold: str | float, tol: float 
     if pred is None or target is None:
         return 0.0
     return float(abs(float(pred) - float(target)) < tol)
+
+
+AnswerMetric = Literal["em", "sub_em", "cover_em", "f1"]
+
+
+def affine_answer_reward(score: float, scale: float = 6.0, shift: float = -3.0) -> float:
+    """``scale·score + shift``; CoDA's ``6·F1 − 3`` maps F1 ∈ [0, 1] onto [−3, 3] (F1 = 0.5 ↦ 0)."""
+    return scale * score + shift
+
+
+def answer_reward(answer: str | None, golds: str | Iterable[str], metric: AnswerMetric = "em") -> RewardResult:
+    """Score the episode's ``answer`` with ``metric`` (max over golds); 0 when there is none (``None``).
+
+    Components: ``em``, ``sub_em``, ``cover_em``, ``f1`` (all logged whatever the metric) and ``has_answer``.
+    """
+    scores = answer_scores(answer, golds)
+    components = {**scores, "has_answer": float(answer is not None)}
+    return RewardResult(reward=scores[metric], components=components)

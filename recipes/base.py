@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict
 
-from recipes.core.context import AgentContext, Episode
+from recipes.core.context import AgentContext, Episode, RewardResult
 from recipes.datasets import PromptRecord
-from recipes.rewards.result import RewardResult
 
 if TYPE_CHECKING:
     from recipes.core.demonstrations import DemoFormat

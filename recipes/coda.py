@@ -43,7 +43,7 @@ from pydantic import Field
 
 from recipes.answers import normalize_answer
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
-from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
+from recipes.core.context import AgentContext, Episode, RewardResult, SearchTrace, search_documents
 from recipes.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
@@ -52,7 +52,6 @@ from recipes.plans import HopPlan, plan_for_record
 from recipes.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
 from recipes.rewards.formulas import ExecutorRun, coda_reward
 from recipes.rewards.peco import RESTATES, ExecutorTurns, peco_reward
-from recipes.rewards.result import RewardResult
 
 
 class CoDAParams(AgentParams):

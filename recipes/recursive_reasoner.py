@@ -19,14 +19,13 @@ from pydantic import Field
 
 from recipes.answers import numeric_match, parse_number
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
-from recipes.core.context import AgentContext, Episode
+from recipes.core.context import AgentContext, Episode, RewardResult
 from recipes.core.llm import Generator
 from recipes.core.trajectory import TokenTrajectory
 from recipes.datasets import PromptRecord
 from recipes.prompts import decomposer_prompt, worker_combine_prompt, worker_direct_prompt, worker_solve_prompt
 from recipes.rewards.formulas import recursive_reasoner_reward
 from recipes.rewards.planner_json import parse_planner_json, plan_subproblems
-from recipes.rewards.result import RewardResult
 from recipes.rewards.similarity import subproblem_independence
 
 

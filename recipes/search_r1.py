@@ -13,22 +13,21 @@ comparison: each compared entity), kept only when each search brought back the p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from pydantic import Field
 
+from recipes.answers import AnswerMetric, answer_reward, sub_exact_match
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
-from recipes.core.context import AgentContext, Episode, SearchTrace, search_documents
+from recipes.core.context import AgentContext, Episode, RewardResult, SearchTrace, search_documents
 from recipes.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble, supported
 from recipes.core.tokenizer import INLINE
 from recipes.core.trajectory import TokenTrajectory
-from recipes.core.turns import Action, Observation, RoleSpec, run_turns
+from recipes.core.turns import Action, Observation, RoleSpec, is_valid_sequence, run_turns
 from recipes.datasets import PromptRecord
 from recipes.prompts import INVALID_SEARCH_ACTION, NO_RESULTS, search_agent_messages
-from recipes.rewards.formulas import search_r1_reward
-from recipes.rewards.result import RewardResult
 
 
 class SearchR1Params(AgentParams):
@@ -200,3 +199,39 @@ AGENTS = (
         description="a trained Thinker delegates searches to the frozen searcher service",
     ),
 )
+
+
+def search_r1_reward(
+    answer: str | None,
+    golds: str | Iterable[str],
+    *,
+    action_text: str = "",
+    information: Sequence[str] = (),
+    metric: AnswerMetric = "em",
+    structure_format_score: float = 0.0,
+    final_format_score: float = 0.0,
+    retrieval_score: float = 0.0,
+) -> RewardResult:
+    """Search-R1: the ``metric`` score of the ``answer`` (0 when ``None``); with all shaping weights at 0
+    (the default) that is all.
+
+    ``valid`` = the strict sequence validator on ``action_text`` (the policy's turns with each observation
+    as an empty block, ``TokenTrajectory.action_text``); ``hit`` = a gold appears (sub-EM) in one of the
+    retrieved ``information`` contents. With shaping (Search-R1's format variant, qa_em_format; e.g. structure 0.2,
+    final 0.1):
+      correct & valid → s;  correct & invalid → s − structure;  wrong & valid → structure (+ retrieval if hit);
+      wrong & invalid → final (0 when there is no answer at all).
+    """
+    base = answer_reward(answer, golds, metric)
+    valid = is_valid_sequence(action_text, "policy")
+    hit = any(sub_exact_match(block, golds) for block in information)
+    components = {**base.components, "valid_format": float(valid), "retrieval_hit": float(hit)}
+    if structure_format_score == final_format_score == retrieval_score == 0.0:
+        return RewardResult(reward=base.reward, components=components)
+    if base.reward > 0:
+        reward = base.reward if valid else base.reward - structure_format_score
+    elif valid:
+        reward = structure_format_score + (retrieval_score if hit else 0.0)
+    else:
+        reward = final_format_score if components["has_answer"] else 0.0
+    return RewardResult(reward=reward, components=components)

@@ -13,14 +13,13 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from recipes.answers import answer_reward
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
-from recipes.core.context import AgentContext, Episode
+from recipes.core.context import AgentContext, Episode, RewardResult
 from recipes.core.llm import whole_tokens
 from recipes.core.trajectory import TokenTrajectory
 from recipes.datasets import PromptRecord
 from recipes.prompts import Messages
-from recipes.rewards.answer import answer_reward
-from recipes.rewards.result import RewardResult
 
 
 class SingleTurnParams(AgentParams):

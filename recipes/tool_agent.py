@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from recipes.base import Agent, AgentParams, Scoring, episode_reward
-from recipes.core.context import AgentContext, Episode, SearchTrace
+from recipes.core.context import AgentContext, Episode, RewardResult, SearchTrace
 from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord, gold_doc_ids
@@ -26,7 +26,6 @@ from recipes.prompts import tool_agent_messages
 from recipes.rewards.combine import combine_rewards
 from recipes.rewards.efficiency import think_format_fraction
 from recipes.rewards.formulas import tool_agent_reward
-from recipes.rewards.result import RewardResult
 from recipes.rewards.similarity import answer_similarity
 from shared.tags import THINK_CLOSE, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 

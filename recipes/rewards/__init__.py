@@ -1,13 +1,16 @@
 """Reward functions: pure Python/numpy, no torch, no network of their own (clients and embedders are passed in).
 
-Modules: ``answer`` (EM/F1 rewards and the 6·F1−3 mapping), ``format`` (per-tag score, strict sequence
-validator), ``retrieval`` (refine, information reverse-rank, MRR), ``similarity`` (embedding cosine,
+Modules: ``retrieval`` (refine, information reverse-rank, MRR), ``similarity`` (embedding cosine,
 subproblem independence), ``efficiency`` (token efficiency, length penalty, think fraction),
-``planner_json`` (tolerant JSON-plan parsing), ``formulas`` (one reward per agent),
-``combine`` (reward combination inside a prompt group). Answer normalisation lives in ``recipes.answers``.
+``planner_json`` (tolerant JSON-plan parsing), ``formulas`` (the CoDA, recursive-reasoner and tool-agent
+rewards), ``combine`` (reward combination inside a prompt group), ``peco``. The answer rewards (EM/F1, the
+6·F1−3 mapping) live with the answer normalisation in ``recipes.answers``, the format scores and the strict
+sequence validator beside the tag parser in ``recipes.core.turns``, ``RewardResult`` beside ``Episode`` in
+``recipes.core.context`` and Search-R1's reward in ``recipes.search_r1``; ``answer``, ``format`` and
+``result`` here re-export them for recipes that name ``recipes.rewards.<module>:<fn>``.
 Every agent's reward returns a ``RewardResult``: the scalar and its named components.
 """
 
-from recipes.rewards.result import RewardResult
+from recipes.core.context import RewardResult
 
 __all__ = ["RewardResult"]

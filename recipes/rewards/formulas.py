@@ -1,7 +1,7 @@
 """One reward per agent, composed from the reward modules. Each returns a ``RewardResult``.
 
 - ``coda_reward``: ``(6·F1 − 3) + w_fmt·(planner_fmt + mean executor_fmt) + w_ref·refine`` (R ∈ [−3, 3.3]).
-- ``search_r1_reward``: EM of the answer, optionally with Search-R1's structure-format shaping.
+- ``search_r1_reward``: lives in ``recipes.search_r1`` with its agent (re-exported here for recipes naming it).
 - ``recursive_reasoner_reward``: ``w_c·correct + w_t·efficiency + w_i·independence``; 0.1 on a parse failure.
 - ``tool_agent_reward``: MRR, answer similarity and the think-format fraction, weighted (the group-level
   combination schemes are in ``recipes.rewards.combine``).
@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from recipes.answers import as_gold_list, sub_exact_match
-from recipes.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
+from recipes.answers import AnswerMetric, affine_answer_reward, answer_reward, as_gold_list
+from recipes.core.context import RewardResult
+from recipes.core.turns import role_format_score
 from recipes.rewards.efficiency import token_efficiency
-from recipes.rewards.format import is_valid_sequence, role_format_score
-from recipes.rewards.result import RewardResult
 from recipes.rewards.retrieval import information_reverse_rank, mrr, refine_score
+from recipes.search_r1 import search_r1_reward
+
+__all__ = ["ExecutorRun", "coda_reward", "recursive_reasoner_reward", "search_r1_reward", "tool_agent_reward"]
 
 
 @dataclass(frozen=True)
@@ -75,42 +77,6 @@ def coda_reward(
         "information_reverse_rank": info_rr,
         "num_executors": float(len(executors)),
     }
-    return RewardResult(reward=reward, components=components)
-
-
-def search_r1_reward(
-    answer: str | None,
-    golds: str | Iterable[str],
-    *,
-    action_text: str = "",
-    information: Sequence[str] = (),
-    metric: AnswerMetric = "em",
-    structure_format_score: float = 0.0,
-    final_format_score: float = 0.0,
-    retrieval_score: float = 0.0,
-) -> RewardResult:
-    """Search-R1: the ``metric`` score of the ``answer`` (0 when ``None``); with all shaping weights at 0
-    (the default) that is all.
-
-    ``valid`` = the strict sequence validator on ``action_text`` (the policy's turns with each observation
-    as an empty block, ``TokenTrajectory.action_text``); ``hit`` = a gold appears (sub-EM) in one of the
-    retrieved ``information`` contents. With shaping (Search-R1's format variant, qa_em_format; e.g. structure 0.2,
-    final 0.1):
-      correct & valid → s;  correct & invalid → s − structure;  wrong & valid → structure (+ retrieval if hit);
-      wrong & invalid → final (0 when there is no answer at all).
-    """
-    base = answer_reward(answer, golds, metric)
-    valid = is_valid_sequence(action_text, "policy")
-    hit = any(sub_exact_match(block, golds) for block in information)
-    components = {**base.components, "valid_format": float(valid), "retrieval_hit": float(hit)}
-    if structure_format_score == final_format_score == retrieval_score == 0.0:
-        return RewardResult(reward=base.reward, components=components)
-    if base.reward > 0:
-        reward = base.reward if valid else base.reward - structure_format_score
-    elif valid:
-        reward = structure_format_score + (retrieval_score if hit else 0.0)
-    else:
-        reward = final_format_score if components["has_answer"] else 0.0
     return RewardResult(reward=reward, components=components)
 
 

@@ -29,10 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recipes.answers import as_gold_list, normalize_answer, token_f1
-from recipes.rewards.answer import AnswerMetric, affine_answer_reward, answer_reward
-from recipes.rewards.format import nonempty_role_format_score
-from recipes.rewards.result import RewardResult
+from recipes.answers import AnswerMetric, affine_answer_reward, answer_reward, as_gold_list, normalize_answer, token_f1
+from recipes.core.context import RewardResult
+from recipes.core.turns import nonempty_role_format_score
 from recipes.rewards.retrieval import information_reverse_rank, refine_score
 
 if TYPE_CHECKING:

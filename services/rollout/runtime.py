@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from recipes.core.batching import BatchingRetriever
 from recipes.core.context import AgentContext
 from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from recipes.core.searcher_client import AsyncSearcherClient
@@ -16,7 +15,7 @@ from recipes.search_r1 import SearchR1Params
 from recipes.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings
 from shared.inference_client import AiohttpCompletions, InferenceClient
-from shared.retriever_client import AsyncRetrieverClient
+from shared.retriever_client import AsyncRetrieverClient, BatchingRetriever
 from shared.retry import RetryPolicy
 
 

@@ -19,9 +19,8 @@ from collections.abc import Sequence
 
 from recipes import Scoring, get_agent, load_reward
 from recipes.answers import answer_scores
-from recipes.core.context import Episode
+from recipes.core.context import Episode, RewardResult
 from recipes.datasets import PromptRecord, gold_doc_ids
-from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
 from shared.protocol import TrajectoryGroup

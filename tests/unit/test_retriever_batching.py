@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from recipes.core.batching import BatchingRetriever
+from shared.retriever_client import BatchingRetriever
 from tests.unit.agents.helpers import FakeRetriever
 
 
