@@ -12,7 +12,7 @@ was lost; the next read serves them from the pending list.
 Messages are msgpack-encoded pydantic models under the field ``data``.
 
 ``served_count`` tells a producer that counts what it publishes how much of it a consumer group has been
-served (the admission mark's ``consumed``, ``shared.admission``).
+served (the admission mark's ``consumed``, ``shared.staleness``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The rollout's admission gate: a new group starts only while the rule of ``shared.admission`` allows it.
+"""The rollout's admission gate: a new group starts only while the rule of ``shared.staleness`` allows it.
 
-The rule and the trainer's mark that feeds it are defined in ``shared.admission`` (the one explanation and
+The rule and the trainer's mark that feeds it are defined in ``shared.staleness`` (the one explanation and
 formula); this module only counts what the rule needs (``accepted``: published groups, ``running``: groups
 started and not finished) and makes episodes wait for a free slot. ``Admission`` is one process's gate;
 ``RedisAdmission`` is the same gate shared by several rollout processes.
@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import time
 
-from shared.admission import admission_capacity, admission_limit
 from shared.contract import DEFAULT_CONTRACT
+from shared.staleness import admission_capacity, admission_limit
 
 
 class Admission:

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 import redis
 
 from recipes.core.llm import PolicyState
-from shared.admission import AdmissionMarks
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
+from shared.staleness import AdmissionMarks
 from shared.stream import decode
 
 log = get_logger(__name__)

@@ -46,9 +46,9 @@ from services.trainer.sft import SftData
 from services.trainer.step import StepInput, StepResult, train_step
 from services.trainer.step_record import Rollouts, step_record
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample, wait_served
-from shared.admission import taken
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
+from shared.staleness import taken
 from shared.stream import Entry, StreamQueue
 
 log = get_logger(__name__)
@@ -321,7 +321,7 @@ class Trainer:
 
     def _consumed(self) -> int:
         """Groups the rollout published that this trainer has taken (rank 0): the admission mark's count
-        (``shared.admission.taken``), the backlog a restart retrains not included."""
+        (``shared.staleness.taken``), the backlog a restart retrains not included."""
         s = self.s
         return taken(self.redis, s.stream, s.consumer_group, s.published_key, len(self.reader.backlog))
 

@@ -7,8 +7,8 @@ import random
 
 from recipes.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
-from shared.admission import AdmissionMarks
 from shared.protocol import TrajectoryGroup
+from shared.staleness import AdmissionMarks
 from shared.stream import StreamQueue, served_count
 from tests.integration.trainer.harness import random_group
 

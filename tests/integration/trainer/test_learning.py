@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from shared.admission import AdmissionMarks
 from shared.inference_client import SyncInferenceClient
 from shared.protocol import Sample, TrajectoryGroup
+from shared.staleness import AdmissionMarks
 from shared.stream import StreamQueue
 from tests.integration.trainer import harness as h
 

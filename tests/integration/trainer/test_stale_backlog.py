@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from shared.admission import AdmissionMarks
 from shared.protocol import TrajectoryGroup, WeightUpdate
+from shared.staleness import AdmissionMarks
 from shared.stream import StreamQueue, decode
 from tests.integration.trainer import harness as h
 
