@@ -99,6 +99,10 @@ class PolicyState:
         self.history.append((version, self.model_name))
         return True
 
+    def live_version(self) -> int:
+        """The version live now: what the fleet reads at every pick (``services.rollout.fleet.Fleet``)."""
+        return self.version
+
 
 class PolicyGenerator:
     """The trained policy behind an ``InferenceClient``; reads ``state`` at every call.

@@ -45,6 +45,7 @@ class FleetRunner:
         answers: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.s, self.ctx, self.fleet = settings, ctx, fleet
+        self.agent = settings.agent_spec  # resolved once, not for every episode
         # What ``classify`` names an httpx error by; "inference" is replaced by the episode's own server.
         self.services = {
             "inference": settings.inference_url,
@@ -94,7 +95,7 @@ class FleetRunner:
             if attempt:
                 self.fleet.restarts += 1
             try:
-                return await self.s.agent_spec.run(self.episode_context(server), record)
+                return await self.agent.run(self.episode_context(server), record)
             except Exception as exc:
                 if not self.server_failed(exc, server.url):
                     raise

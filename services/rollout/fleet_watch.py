@@ -84,7 +84,7 @@ class FleetWatch:
         live_event: Callable[[], WeightUpdate | None] = lambda: None,
     ) -> FleetWatch:
         """The fleet of ``settings``' listed servers, following ``state``'s version, and its watch."""
-        fleet = Fleet([settings.inference_url, *settings.inference_urls], lambda: state.version)
+        fleet = Fleet([settings.inference_url, *settings.inference_urls], state.live_version)
         return cls(
             fleet,
             state,

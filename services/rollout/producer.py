@@ -30,7 +30,7 @@ from services.rollout.embedding import Embedder
 from services.rollout.fleet_runner import FleetRunner
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
-from services.rollout.scoring import build_group, combine_group, score_episode
+from services.rollout.scoring import Scorer, build_group
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
 from shared.retry import Failure, classify
@@ -110,6 +110,8 @@ class Producer:
         self.s, self.ctx, self.publisher, self.r = settings, ctx, publisher, client
         self.fleet = fleet  # None: every episode on ``ctx`` as built (one server, no leases)
         self.admission, self.metrics, self.prompts, self.embed = admission, metrics, prompts, embed
+        # The agent, its reward and its metric, resolved once here rather than looked up for every episode.
+        self.agent, self.scorer = settings.agent_spec, Scorer.of(settings, embed)
         self.stats = Stats()
         self.failures: Counter[str] = Counter()  # by ``Failure.label``, the metric's ``cause``
         self.blamed: Counter[str] = Counter()  # those of them counted against their prompt (not outages)
@@ -161,7 +163,7 @@ class Producer:
         if self.fleet is not None:
             episode = await self.fleet.run(record)
         else:
-            episode = await self.s.agent_spec.run(self.ctx, record)
+            episode = await self.agent.run(self.ctx, record)
         return episode, time.perf_counter() - start
 
     def _classify(self, exc: BaseException) -> Failure:
@@ -213,7 +215,7 @@ class Producer:
         self, record: PromptRecord, results: list[tuple[Episode, float]], version: int, timing: dict[str, float]
     ) -> TrajectoryGroup:
         episodes = [e for e, _ in results]
-        rewards = combine_group(self.s, [score_episode(self.s, record, e, self.embed) for e in episodes])
+        rewards = self.scorer.combine([self.scorer.score(record, e) for e in episodes])
         timing["episode_s_mean"] = sum(s for _, s in results) / len(results)
         timing["episode_s_max"] = max(s for _, s in results)
         for (episode, seconds), reward in zip(results, rewards, strict=True):
@@ -224,7 +226,7 @@ class Producer:
         for name in rewards[0].components:
             self.metrics.component.labels(name).set(sum(r.components.get(name, 0.0) for r in rewards) / len(rewards))
         self.stats.episodes += len(episodes)
-        return build_group(self.s, record, episodes, rewards, version=version, timing=timing)
+        return build_group(self.scorer, record, episodes, rewards, version=version, timing=timing)
 
     def _publish(self, group: TrajectoryGroup) -> None:
         self.publisher.publish(group)

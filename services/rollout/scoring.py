@@ -15,9 +15,10 @@ the scalar was made of.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from recipes import Scoring, get_agent, load_reward
+from recipes import Agent, Scoring, get_agent, load_reward
 from recipes.answers import answer_scores
 from recipes.core.context import Episode, RewardResult
 from recipes.datasets import PromptRecord, gold_doc_ids
@@ -26,22 +27,48 @@ from services.rollout.embedding import Embedder
 from shared.protocol import TrajectoryGroup
 
 
+@dataclass(frozen=True)
+class Scorer:
+    """The agent's reward, its answer metric and its group combination, resolved once from the settings (at
+    start-up, not per episode): what scores every episode the rollout runs."""
+
+    settings: RolloutSettings
+    agent: Agent
+    reward: Callable[[Episode, Scoring], RewardResult]
+    metric: str  # the answer score the reward uses (the recipe's ``answer_metric``, else the agent's)
+    embed: Embedder | None = None
+
+    @classmethod
+    def of(cls, settings: RolloutSettings, embed: Embedder | None = None) -> Scorer:
+        return cls(settings, settings.agent_spec, load_reward(settings.reward_spec), settings.metric, embed)
+
+    def score(self, record: PromptRecord, episode: Episode) -> RewardResult:
+        scoring = Scoring(record=record, settings=self.settings, metric=self.metric, embed=self.embed)
+        return self.reward(episode, scoring)
+
+    def combine(self, rewards: list[RewardResult]) -> list[RewardResult]:
+        """The agent's group-level re-combination of its rewards' components, if it has one (tool agent) and
+        the recipe kept the agent's own reward."""
+        combine = self.agent.combine
+        return combine(self.settings, rewards) if combine is not None and self.settings.reward is None else rewards
+
+    def answers(self, record: PromptRecord, answer: str | None) -> dict[str, float]:
+        return answer_metrics(self.agent, record, answer)
+
+
 def score_episode(settings: RolloutSettings, record: PromptRecord, episode: Episode, embed: Embedder) -> RewardResult:
-    reward = load_reward(settings.reward_spec)
-    return reward(episode, Scoring(record=record, settings=settings, metric=settings.metric, embed=embed))
+    return Scorer.of(settings, embed).score(record, episode)
 
 
 def combine_group(settings: RolloutSettings, rewards: list[RewardResult]) -> list[RewardResult]:
-    """The recipe's group-level re-combination of its rewards' components, if it has one (tool agent)."""
-    combine = settings.agent_spec.combine
-    return combine(settings, rewards) if combine is not None and settings.reward is None else rewards
+    return Scorer.of(settings).combine(rewards)
 
 
-def answer_metrics(agent: str, record: PromptRecord, answer: str | None) -> dict[str, float]:
-    """EM/F1 of an episode's final answer (and the recipe's extra scores, e.g. numeric accuracy for math):
-    what eval reports."""
+def answer_metrics(agent: str | Agent, record: PromptRecord, answer: str | None) -> dict[str, float]:
+    """EM/F1 of an episode's final answer (and the agent's extra scores, e.g. numeric accuracy for math):
+    what eval reports. ``agent``: the agent, or its name."""
+    extras = (get_agent(agent) if isinstance(agent, str) else agent).answer_extras
     scores = answer_scores(answer, record.golden_answers)
-    extras = get_agent(agent).answer_extras
     return {**scores, **extras(record, answer)} if extras is not None else scores
 
 
@@ -65,7 +92,7 @@ def search_metrics(record: PromptRecord, episode: Episode | None) -> dict[str, f
 
 
 def build_group(
-    settings: RolloutSettings,
+    scorer: Scorer,
     record: PromptRecord,
     episodes: Sequence[Episode],
     rewards: Sequence[RewardResult],
@@ -76,14 +103,14 @@ def build_group(
     samples = []
     for episode, reward in zip(episodes, rewards, strict=True):
         # The episode's final-answer metrics go on every sample of it, as eval reports them per episode.
-        answers = {f"answer_{k}": v for k, v in answer_metrics(settings.agent, record, episode.answer).items()}
+        answers = {f"answer_{k}": v for k, v in scorer.answers(record, episode.answer).items()}
         for traj in episode.trajectories:
             own = reward.for_trajectory(traj.sample_id)
             components = {**own.components, **{k: v for k, v in answers.items() if k not in own.components}}
             samples.append(traj.to_sample(own.reward, components, text=traj.response_text))
     return TrajectoryGroup(
         prompt_id=record.prompt_id,
-        agent=settings.agent,
+        agent=scorer.settings.agent,
         data_source=record.data_source,
         question=record.question,
         golden_answers=list(record.golden_answers),

@@ -46,10 +46,6 @@ def test_the_count_is_a_sound_measurement_of_the_path(measured):
     assert run.returncode == (1 if m["count"] > LIMIT else 0)  # --max
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="50 files on main at 3cb9988 (70 with the servers): the issue-43 refactors are to bring it to 35",
-)
 def test_one_trajectory_passes_at_most_35_files(measured):
     _, m = measured
     assert m["count"] <= LIMIT, f"{m['count']} files on the path: {json.dumps(m['files'], indent=1)}"

@@ -16,7 +16,7 @@ from recipes.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_
 from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
-from services.rollout.scoring import answer_metrics, build_group, combine_group, score_episode
+from services.rollout.scoring import Scorer, answer_metrics, build_group, combine_group, score_episode
 from tests.unit.agents.helpers import make_ctx, scripted
 
 RECORD = PromptRecord(prompt_id="p", question="q", golden_answers=["Paris"], data_source="nq")
@@ -40,7 +40,7 @@ def test_coda_reward_goes_to_planner_and_executors():
     reward = score_episode(settings, RECORD, episode, hashing_embed)
     # 6·1 − 3 + 0.1·(planner 3/3 + executor 4/4) + 0.1·refine 1 = 3.3
     assert reward.reward == pytest.approx(3.3)
-    group = build_group(settings, RECORD, [episode], [reward], version=0, timing={})
+    group = build_group(Scorer.of(settings), RECORD, [episode], [reward], version=0, timing={})
     assert [s.reward for s in group.samples] == [pytest.approx(3.3)] * 2
     assert group.samples[1].parent_id == group.samples[0].sample_id
     assert group.samples[0].reward_components["answer_em"] == 1.0
