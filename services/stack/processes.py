@@ -1,8 +1,8 @@
 """How ``make train`` runs the services as local processes: free ports, each service's environment (the run's
 paths and URLs over the recipe's values), thread counts, one-shot jobs and the live status line.
 
-``StackProcesses`` is the part of ``LocalStack`` (``services.stack.train``) that starts things; the phases of a
-run (prepare, warm start, train, evaluate) are in ``train.py``.
+``Processes`` starts the services of one run; ``LocalStack`` (``services.stack.train``) holds one and runs the
+phases of the run with it (prepare, warm start, train, evaluate).
 """
 
 from __future__ import annotations
@@ -39,21 +39,32 @@ class Ports:
         return cls(*(free_port() for _ in range(6)))
 
 
-class StackProcesses:
-    """Starting the services of one run; ``LocalStack`` sets the attributes below."""
+class Processes:
+    """The services of one run: their commands and environments on the run's free ports, started under a
+    ``Supervisor``; progress goes to ``say`` (and the live line of ``display``, a terminal's)."""
 
-    recipe: str
-    settings: StackSettings
-    layout: Layout
-    run: Path
-    ports: Ports
-    display: Display | None
-    say: Callable[[str], None]  # progress lines: the display's, or the caller's
-    alternating: bool = False  # on-policy training: trainer and inference server never compute at once
-    retrieves: bool  # the agent reaches the retriever
-    needs: frozenset[str]  # the services the agent's episodes call (e.g. "searcher")
-    pending: list[Service] | None = None  # servers started, not yet waited for (start_servers)
-    server_names: list[str]
+    def __init__(
+        self,
+        recipe: str,
+        settings: StackSettings,
+        layout: Layout,
+        run: Path,
+        say: Callable[[str], None],
+        display: Display | None = None,
+        *,
+        alternating: bool = False,
+        retrieves: bool = True,
+        needs: frozenset[str] = frozenset(),
+    ) -> None:
+        self.recipe, self.settings, self.layout, self.run = recipe, settings, layout, run
+        self.display = display
+        self.say = display.say if display else say  # progress lines: the display's, or the caller's
+        self.alternating = alternating  # on-policy training: trainer and inference server never compute at once
+        self.retrieves = retrieves  # the agent reaches the retriever
+        self.needs = needs  # the services the agent's episodes call (e.g. "searcher")
+        self.ports = Ports.free()
+        self.pending: list[Service] | None = None  # servers started, not yet waited for (start_servers)
+        self.server_names: list[str] = []
 
     @property
     def model_dir(self) -> Path:

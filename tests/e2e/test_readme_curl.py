@@ -48,4 +48,4 @@ def test_readme_curl_examples_run(local_stack):
             if "| grep" not in command and "/metrics" not in command:
                 json.loads(out)  # every API answers JSON
     finally:
-        stack.stop(sup, trainer, rollout)
+        stack.processes.stop(sup, trainer, rollout)

@@ -87,7 +87,7 @@ class Pipeline:
         self.foreign: list[str] = []  # group ids pushed into the stream by a test
         r = RolloutSettings.load(str(RECIPE))  # the recipe's numbers, as the rollout reads them
         self.groups_per_step, self.n_samples = r.groups_per_step, r.n_samples
-        self.vocab = json.loads((stack.model_dir / "config.json").read_text())["vocab_size"]
+        self.vocab = json.loads((stack.processes.model_dir / "config.json").read_text())["vocab_size"]
 
     @classmethod
     def start(cls, root: Path) -> Pipeline:

@@ -110,5 +110,5 @@ def test_make_train_forgets_the_announcement_when_it_starts_the_trainer_and_roll
     stack = LocalStack(recipe, StackSettings.load(recipe, run_root=str(tmp_path)), run=tmp_path / "run")
     stack.ports.redis = redis_server.port
     announce(redis_client, PipelineContract(groups_per_step=9), "trainer")  # a start of this run before an edit
-    stack.forget_contract()
+    stack.processes.forget_contract()
     assert not redis_client.exists(CONTRACT_KEY)

@@ -32,7 +32,7 @@ def _stubbed(tmp_path, monkeypatch, **settings) -> tuple[LocalStack, list[str]]:
         return EvalResult(path=stack.run / "eval" / label / "r.json", n=4, metrics={"em": 0.5})
 
     monkeypatch.setattr(stack, "prepare", lambda sup: None)
-    monkeypatch.setattr(stack, "start_servers", lambda sup, **kwargs: None)
+    monkeypatch.setattr(stack.processes, "start_servers", lambda sup, **kwargs: None)
     monkeypatch.setattr(stack, "make_sft", lambda sup: stack.run / "sft.jsonl")
     monkeypatch.setattr(stack, "train", train)
     monkeypatch.setattr(stack, "evaluate", evaluate)

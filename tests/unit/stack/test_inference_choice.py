@@ -18,7 +18,7 @@ def stack(tmp_path, **overrides) -> LocalStack:
 
 
 def test_default_is_our_cpu_server(tmp_path):
-    service = stack(tmp_path).inference_service()
+    service = stack(tmp_path).processes.inference_service()
     assert service.cmd[-2:] == ["services.inference", "serve"]
 
 
@@ -27,7 +27,7 @@ def test_vllm_runs_the_stacks_launch_script_on_the_run_model(tmp_path):
     fake_bin.mkdir()
     (fake_bin / "vllm").write_text("#!/bin/sh\n")
     s = stack(tmp_path, inference="vllm", vllm_bin=str(fake_bin), max_context=512)
-    service = s.inference_service()
+    service = s.processes.inference_service()
     assert service.cmd[:2] == ["sh", str(REPO / "deploy" / "vllm" / "serve.sh")]
     assert service.env["MODEL"] == str((s.run / "model").resolve()) and service.env["MAX_MODEL_LEN"] == "512"
     assert service.env["PORT"] == str(s.ports.inference) and service.env["PATH"].startswith(str(fake_bin))
@@ -36,7 +36,7 @@ def test_vllm_runs_the_stacks_launch_script_on_the_run_model(tmp_path):
 
 def test_a_missing_vllm_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="make vllm-cpu"):
-        stack(tmp_path, inference="vllm", vllm_bin=str(tmp_path / "none")).inference_service()
+        stack(tmp_path, inference="vllm", vllm_bin=str(tmp_path / "none")).processes.inference_service()
 
 
 def test_the_trainer_gets_time_to_checkpoint_when_stopped(tmp_path):

@@ -49,7 +49,7 @@ def test_on_policy_runs_give_the_inference_server_every_core(monkeypatch, tmp_pa
     for staleness, threads in ((0, "4"), (1, None)):
         recipe.write_text(base.replace("max_staleness = 1", f"max_staleness = {staleness}", 1))
         stack = LocalStack(str(recipe), StackSettings.load(recipe), run=tmp_path / f"run{staleness}")
-        service = stack.inference_service()
+        service = stack.processes.inference_service()
         assert service.env.get("CODA_INFERENCE_THREADS") == threads, staleness
         assert service.env["OMP_NUM_THREADS"] == ("4" if staleness == 0 else "1")
 
