@@ -3,13 +3,13 @@
 
     python -m services.stack.glossary > docs/metrics.md
 
-The keys are collected from the code that writes them (``ast``, nothing imported that loads torch): the live
-line's keys from ``services/stack/report.py``, the log's from ``services/trainer/step_record.py`` and the RL
-objective's modules, the reward components from ``recipes/rewards``, the Prometheus families from every
-``Counter/Gauge/Histogram/...(...)`` call under ``services/`` and ``shared/`` (their help text is the
-description). The meanings of log keys and reward components are written here, once; ``render`` refuses to
-write a page with a key the code writes and this module does not describe, or one it describes that the code
-no longer writes. The docs check (``python -m testing.docs_check``) keeps the page current.
+The log's keys, their meanings and the trainer's gauges are the trainer's record (``services.trainer.metrics``,
+where each is defined once). The rest is collected from the code that writes it (``ast``, nothing imported that
+loads torch): the live line's keys from ``services/stack/report.py``, the reward components from ``recipes/``,
+the Prometheus families from every ``Counter/Gauge/Histogram/...(...)`` call under ``services/`` and ``shared/``
+(their help text is the description). The meanings of reward components are written here, once; ``render``
+refuses to write a page with a component or a live-line key nothing describes. The docs check
+(``python -m testing.docs_check``) keeps the page current.
 """
 
 from __future__ import annotations
@@ -20,25 +20,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.trainer.metrics import GAUGE_PREFIX, GAUGES, METRICS
+from services.trainer.metrics import GAUGES, METRICS, REWARD_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Every key the trainer writes to train.jsonl (one line per optimizer step), and what it means: the trainer's
-# metrics table, the one definition of each quantity (torch-free to import).
-LOG_KEYS: dict[str, str] = {m.key: m.meaning for m in METRICS}
-# Keys the trainer's metric dicts carry that never reach the log (tensors of one micro-batch, or folded in).
-# ``h_rl``…: RED's EMAs before their ``red/`` prefix (``_COMPUTED``).
-_NOT_LOGGED = {"ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped", "num_tokens"}
-_NOT_LOGGED |= {"h_rl", "h_rl_prev", "h_sft", "h_sft_prev"}
-_LOG_SOURCES = (
-    "services/trainer/step_record.py",
-    "services/trainer/batch_loss.py",
-    "services/trainer/rl/loss.py",
-)
-# Keys written under a computed name: ``f"red/{k}"`` over the EMAs, ``f"reward/{k}"`` over the components.
-# ``time``: added by ``observe.Observer.record`` as it writes the line.
-_COMPUTED = {"red/h_rl", "red/h_rl_prev", "red/h_sft", "red/h_sft_prev", "time"}
+# record defines them (``services.trainer.metrics``, plain dataclasses: nothing that loads torch).
+LOG_KEYS: dict[str, str] = {key: m.description for key, m in METRICS.items()}
 
 # What a reward component means (``reward/<component>`` in the log and the live line: its mean over the
 # step's samples). Which ones a run shows depends on its agent's reward (or yours).
@@ -118,30 +106,9 @@ def eval_metrics() -> tuple[str, ...]:
     raise LookupError("services/stack/report.py has no EVAL_METRICS")
 
 
-def _literal_keys(tree: ast.Module) -> set[str]:
-    """String keys written into dicts: literal dict keys, ``d["k"] = …`` and ``d.update(k=…)``."""
-    keys: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            keys.update(k for k in map(_str, node.keys) if k)
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Subscript) and (k := _str(target.slice)):
-                    keys.add(k)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "update":
-            keys.update(kw.arg for kw in node.keywords if kw.arg)
-    return keys
-
-
-def log_keys() -> set[str]:
-    """Every key the trainer's step record can hold (``reward/<component>`` apart)."""
-    found = set().union(*(_literal_keys(_source(rel)) for rel in _LOG_SOURCES))
-    return (found | _COMPUTED) - _NOT_LOGGED
-
-
 def trainer_gauges() -> dict[str, str]:
-    """``coda_trainer_<name>`` → the record key it shows (the gauges of ``services.trainer.metrics``)."""
-    return {m.gauge_name.removeprefix(GAUGE_PREFIX): m.key for m in GAUGES}
+    """Each trainer gauge's Prometheus name (``coda_trainer_<key>``, ``/`` as ``_``) → the record key it shows."""
+    return {m.prometheus: m.key for m in GAUGES}
 
 
 def reward_components() -> set[str]:
@@ -194,7 +161,7 @@ def _labels(call: ast.Call) -> tuple[str, ...]:
 @functools.cache
 def prometheus_families() -> tuple[Family, ...]:
     """Every family a ``Counter/Gauge/Histogram/Summary/Info/Enum(...)`` (or ``…MetricFamily``) call under
-    ``services/`` and ``shared/`` defines; the trainer's per-key gauges expanded from ``GAUGES``."""
+    ``services/`` and ``shared/`` defines; the trainer's per-key gauges expanded from the record's ``GAUGES``."""
     files = sorted([*REPO.glob("services/**/*.py"), *REPO.glob("shared/**/*.py")])
     trees = {p: ast.parse(p.read_text(), str(p)) for p in files}
     constants = {
@@ -205,7 +172,6 @@ def prometheus_families() -> tuple[Family, ...]:
         for t in n.targets
         if isinstance(t, ast.Name)
     }
-    gauges = trainer_gauges()
     out: dict[str, Family] = {}
     for path, tree in trees.items():
         for node in ast.walk(tree):
@@ -218,11 +184,8 @@ def prometheus_families() -> tuple[Family, ...]:
                 continue
             where = f"{path.relative_to(REPO)}"
             first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
-            if where == "services/trainer/observe.py" and isinstance(first, ast.Attribute | ast.JoinedStr):
-                for name, key in gauges.items():  # the gauges of the metrics table, one per record key
-                    out[f"{GAUGE_PREFIX}{name}"] = Family(
-                        f"{GAUGE_PREFIX}{name}", kind, f"`{key}` of the last step: {LOG_KEYS[key]}", (), where
-                    )
+            if isinstance(first, ast.JoinedStr) and where == "services/trainer/observe.py":
+                out.update({m.prometheus: Family(m.prometheus, kind, m.help, (), where) for m in GAUGES})
                 continue
             name = _str(first) or (constants.get(first.id) if isinstance(first, ast.Name) else None)
             name = name or (constants.get(first.attr) if isinstance(first, ast.Attribute) else None)
@@ -236,19 +199,13 @@ def prometheus_families() -> tuple[Family, ...]:
 
 # ---------------------------------------------------------------- the page
 def check() -> list[str]:
-    """What the code writes that this module does not describe, and what it describes that the code no longer
-    writes."""
+    """What the code writes that nothing describes (reward components, the live line's keys, Prometheus help)."""
     problems = []
-    logged = log_keys()
-    for key in sorted(logged - set(LOG_KEYS)):
-        problems.append(f"train.jsonl key {key!r} has no description in services/stack/glossary.py LOG_KEYS")
-    for key in sorted(set(LOG_KEYS) - logged):
-        problems.append(f"LOG_KEYS describes {key!r}, which the trainer no longer writes")
     for key in sorted(reward_components() - set(COMPONENTS)):
         problems.append(f"reward component {key!r} has no description in services/stack/glossary.py COMPONENTS")
     for key in progress_keys():
-        if not key.startswith("reward/") and key not in LOG_KEYS:
-            problems.append(f"the live line shows {key!r}, which LOG_KEYS does not describe")
+        if not key.startswith(REWARD_PREFIX) and key not in LOG_KEYS:
+            problems.append(f"the live line shows {key!r}, which the trainer's record does not define")
     for family in prometheus_families():
         if not family.help:
             problems.append(f"Prometheus family {family.name} ({family.where}) has no help text")
@@ -260,8 +217,8 @@ def _row(*cells: str) -> str:
 
 
 def _key_meaning(key: str) -> str:
-    if key.startswith("reward/"):
-        component = key.removeprefix("reward/")
+    if key.startswith(REWARD_PREFIX):
+        component = key.removeprefix(REWARD_PREFIX)
         return f"mean over the step's samples of the reward component `{component}`: {COMPONENTS[component]}"
     return LOG_KEYS[key]
 
@@ -313,10 +270,7 @@ def render() -> str:
         "",
         _row("key", "meaning", "Prometheus gauge"),
         "|---|---|---|",
-        *[
-            _row(f"`{key}`", LOG_KEYS[key], f"`coda_trainer_{gauge_of[key]}`" if key in gauge_of else "")
-            for key in sorted(LOG_KEYS)
-        ],
+        *[_row(f"`{key}`", LOG_KEYS[key], f"`{gauge_of[key]}`" if key in gauge_of else "") for key in sorted(LOG_KEYS)],
         _row("`reward/<component>`", "mean over the step's samples of one named reward component (below)", ""),
         "",
         "## Reward components (`reward/<component>`)",

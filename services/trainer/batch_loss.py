@@ -1,5 +1,5 @@
-"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``; its metrics summed
-over a step's micro-batches (``RlMetrics``).
+"""The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``; its metrics (the
+typed ``metrics.RlMetrics``) as sums over a step's micro-batches (``RlSums``).
 
 Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
   ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.trainer.config import TrainerSettings
-from services.trainer.metrics import RL_METRICS, RL_SHARES
+from services.trainer.metrics import RlMetrics, added, means, weighted
 from services.trainer.packing import MicroBatch
 from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, mismatch_metrics, rl_loss
 
@@ -38,7 +38,7 @@ def loss_config(s: TrainerSettings) -> LossConfig:
 
 @dataclass
 class Objective:
-    """Callable with the ``step.RlLoss`` signature: (this micro-batch's loss × world, its metrics for ``RlMetrics``)."""
+    """Callable with the ``step.RlLoss`` signature: (this micro-batch's loss × world, its metrics' ``RlSums``)."""
 
     settings: TrainerSettings
     cfg: LossConfig = field(init=False)
@@ -48,7 +48,7 @@ class Objective:
 
     def __call__(
         self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch, norms: dict[str, float]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, RlSums]:
         sampler = batch.fields["old_logp"]
         bypass = self.cfg.is_mode == "none"
         inputs = LossInputs(
@@ -67,37 +67,30 @@ class Objective:
             metrics.update(mismatch_metrics(logp, sampler, batch.target_mask))
         mask = batch.target_mask
         metrics["staleness_mean"] = float((batch.fields["staleness"] * mask).sum() / mask.sum().clamp(min=1))
-        return loss * norms["world"], metrics
+        tokens = metrics.pop("num_tokens")  # the micro-batch's trained tokens: the weight of its local means
+        return loss * norms["world"], RlSums.of(RlMetrics(**metrics), tokens)
 
 
 @dataclass
-class RlMetrics:
-    """The RL objective's metrics over many micro-batches (and ranks): sums, averaged once at the end.
+class RlSums:
+    """The RL objective's metrics summed over micro-batches (and ranks), averaged once at the end (``means``).
 
-    How each folds is its ``reduce`` in ``services.trainer.metrics``: ``shares`` are the metrics each micro-batch
-    reports as its share of the step's value (``pg_loss``, ``loss``), so their sum is the value; ``token_sums``
-    hold Σ local mean × ``tokens`` of the micro-batch for every other one, so that ``means`` weights each
-    micro-batch by its trained tokens however the step was split. A metric the table does not define is an
-    error, not a silently logged new name.
+    ``sums``: for a ``share`` metric (``pg_loss``, ``loss``: already a share of the step's value) the sum of the
+    shares; for a ``token_mean`` metric Σ local mean × the micro-batch's trained tokens, so that ``means``
+    weights each micro-batch by its trained tokens however the step was split. ``tokens``: those tokens' sum.
     """
 
-    shares: dict[str, float] = field(default_factory=dict)
-    token_sums: dict[str, float] = field(default_factory=dict)
+    sums: RlMetrics = field(default_factory=RlMetrics)
     tokens: float = 0.0
 
-    def add(self, metrics: dict[str, float]) -> None:
-        """Fold in one micro-batch's metrics as ``Objective`` returns them (``num_tokens``: its trained tokens)."""
-        n = metrics.get("num_tokens", 0.0)
-        self.tokens += n
-        for k, v in metrics.items():
-            if k in RL_SHARES:
-                self.shares[k] = self.shares.get(k, 0.0) + v
-            elif k in RL_METRICS:
-                self.token_sums[k] = self.token_sums.get(k, 0.0) + v * n
-            elif k != "num_tokens":
-                raise KeyError(f"the RL objective reports {k!r}, which services/trainer/metrics.py does not define")
+    @classmethod
+    def of(cls, metrics: RlMetrics, tokens: float) -> RlSums:
+        """One micro-batch's metrics (local means and shares, as ``rl_loss`` returns them) and trained tokens."""
+        return cls(weighted(metrics, tokens), tokens)
 
-    def means(self) -> dict[str, float]:
+    def __add__(self, other: RlSums) -> RlSums:
+        return RlSums(added(self.sums, other.sums), self.tokens + other.tokens)
+
+    def means(self) -> RlMetrics:
         """Each metric over all micro-batches added: the token-weighted mean, or the summed share."""
-        n = max(self.tokens, 1.0)
-        return {**{k: v / n for k, v in self.token_sums.items()}, **self.shares}
+        return means(self.sums, self.tokens)

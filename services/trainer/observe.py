@@ -1,8 +1,9 @@
 """What the trainer reports: Prometheus gauges, a JSONL log line per step, wandb, and PNG plots.
 
-One ``Observer`` takes each step's record (a flat ``{name: number}`` dict) and fans it out. The JSONL log is
-append-only; after a resume, lines of steps past the checkpoint are superseded by the retrained ones (the
-plots read the last line of each step).
+One ``Observer`` takes each step's record (``metrics.StepRecord``) and fans it out: its measured fields are the
+line of the log, the ``GAUGES`` among them the ``coda_trainer_<key>`` gauges, the ``PLOTTED`` ones the plots
+(all named and described in ``services.trainer.metrics``). The JSONL log is append-only; after a resume, lines
+of steps past the checkpoint are superseded by the retrained ones (the plots read the last line of each step).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import json
 import math
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.trainer.metrics import GAUGES, PLOTTED, check_keys
+from services.trainer.metrics import GAUGES, PLOTTED, REWARD_PREFIX, StepRecord, line
 from shared.log import get_logger
 from shared.metrics import LATENCY_BUCKETS, POLICY_VERSION
 
@@ -39,11 +41,11 @@ class Observer:
         self.gauges: dict[str, Gauge] = {}
         self.version = self.publish_hist = self.no_rl = None
         if registry is not None:
-            # One gauge per quantity the metrics table marks, named after its record key.
-            self.gauges = {m.key: Gauge(m.gauge_name, f"{m.meaning} (last step)", registry=registry) for m in GAUGES}
+            # Named by an f-string (the same as ``Metric.prometheus``) for the deploy tests' source scan.
+            self.gauges = {m.key: Gauge(f"coda_trainer_{m.series}", m.help, registry=registry) for m in GAUGES}
             self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
             self.publish_hist = Histogram(
-                "coda_trainer_publish_seconds_hist",  # the publish_seconds gauge, as a histogram
+                "coda_trainer_publish_seconds_hist",
                 "Weight publish latency",
                 buckets=LATENCY_BUCKETS,
                 registry=registry,
@@ -62,11 +64,9 @@ class Observer:
 
             self.run = wandb.init(project=wandb_project, config=config or {}, dir=str(self.dir), mode=wandb_mode)
 
-    def record(self, rec: dict[str, float]) -> None:
-        """Export one step's record everywhere."""
-        check_keys(rec)
-        rec = {k: v for k, v in rec.items() if isinstance(v, int | float) and not math.isnan(v)}
-        rec["time"] = time.time()
+    def record(self, step: StepRecord) -> None:
+        """Export one step's record everywhere (a value that is NaN is left out, like one not measured)."""
+        rec = {k: v for k, v in line(replace(step, time=time.time())).items() if not math.isnan(v)}
         with open(self.jsonl, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
         for key, gauge in self.gauges.items():
@@ -108,7 +108,7 @@ class Observer:
         import matplotlib.pyplot as plt
 
         steps = sorted(hist)
-        reward_keys = sorted({k for r in hist.values() for k in r if k.startswith("reward/")})
+        reward_keys = sorted({k for r in hist.values() for k in r if k.startswith(REWARD_PREFIX)})
         for name, keys in (
             ("losses", [k for k in PLOTTED if any(k in r for r in hist.values())]),
             ("rewards", ["reward_mean", *reward_keys]),

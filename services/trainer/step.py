@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 import torch
 
 from services.trainer import faults
-from services.trainer.batch_loss import RlMetrics
+from services.trainer.batch_loss import RlSums
 from services.trainer.engine import Engine
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
-from services.trainer.metrics import RL_METRICS
+from services.trainer.metrics import flatten, unflatten
 from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
 from services.trainer.prefix_tree import loss_view, pack_shared
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
-# (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, its metrics for RlMetrics.add)
-RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, dict[str, float]]]
+# (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, its metrics as sums to add up)
+RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, RlSums]]
 
 
 @dataclass
@@ -50,7 +50,7 @@ class StepInput:
 class StepMetrics:
     """Sums over the step's micro-batches: on one rank while it runs, then over all ranks (``total``)."""
 
-    rl: RlMetrics = field(default_factory=RlMetrics)
+    rl: RlSums = field(default_factory=RlSums)
     rl_entropy_sum: float = 0.0  # Σ entropy over trained RL tokens
     sft_entropy_sum: float = 0.0  # Σ entropy over trained demonstration tokens
     sft_loss_sum: float = 0.0  # Σ −log p over trained demonstration tokens
@@ -59,17 +59,10 @@ class StepMetrics:
     def total(self, sum_over_ranks: Callable[[list[float]], list[float]]) -> StepMetrics:
         """These sums added up over ranks by ``sum_over_ranks``, called once (one collective for all).
 
-        Every rank runs the same objective, so every rank holds the same metrics: in the order the metrics table
-        declares them, they line up.
+        Every rank flattens the same dataclasses in their declared field order, so the values line up; a
+        metric no rank measured travels as NaN and comes back None.
         """
-        shares = [k for k in RL_METRICS if k in self.rl.shares]
-        token_sums = [k for k in RL_METRICS if k in self.rl.token_sums]
-        flat = [self.rl_entropy_sum, self.sft_entropy_sum, self.sft_loss_sum, self.tokens, self.rl.tokens]
-        flat += [self.rl.shares[k] for k in shares] + [self.rl.token_sums[k] for k in token_sums]
-        v = sum_over_ranks(flat)
-        n = 5 + len(shares)
-        rl = RlMetrics(dict(zip(shares, v[5:n], strict=True)), dict(zip(token_sums, v[n:], strict=True)), v[4])
-        return StepMetrics(rl, rl_entropy_sum=v[0], sft_entropy_sum=v[1], sft_loss_sum=v[2], tokens=v[3])
+        return unflatten(self, sum_over_ranks(flatten(self)))
 
 
 @dataclass(frozen=True)
@@ -202,7 +195,7 @@ def train_step(
         entropy_sum = float((ent.detach() * mask).sum())
         if kind == "rl":
             loss, parts = rl_loss(logp, ent, _on(view, eng.device), norms)
-            metrics.rl.add(parts)
+            metrics.rl += parts
             metrics.rl_entropy_sum += entropy_sum
         else:
             # Token-mean cross-entropy over the step's demonstration tokens, weighted (RED).

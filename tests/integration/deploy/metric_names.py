@@ -16,8 +16,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.trainer.metrics import GAUGES as TRAINER_GAUGES
-
 KINDS = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
 # Families a custom collector yields at scrape time (``services.rollout.metrics.FleetCollector``).
 COLLECTOR_KINDS = {"CounterMetricFamily": "Counter", "GaugeMetricFamily": "Gauge"}
@@ -159,9 +157,6 @@ def exported_families(root: Path) -> tuple[Family, ...]:
             expanded = _expand(arg, loops.get(id(arg), {})) if isinstance(arg, ast.JoinedStr) else None
             names = expanded or ([] if arg is None else [_name_of(arg, local, everywhere)])
             families.extend(Family(kind, name, where) for name in names if name is not None)
-    # The trainer makes one gauge per quantity its metrics table marks (``Gauge(m.gauge_name, ...)``): the
-    # names are the table's, read from it (torch-free) rather than guessed from the call.
-    families.extend(Family("Gauge", m.gauge_name, "services/trainer/metrics.py") for m in TRAINER_GAUGES)
     return tuple(families)
 
 

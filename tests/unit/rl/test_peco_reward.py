@@ -37,7 +37,7 @@ from recipes.rewards.peco import (
 from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
-from services.rollout.scoring import build_group, score_episode
+from services.rollout.scoring import Scorer, build_group, score_episode
 
 ROOT = Path(__file__).resolve().parents[3]
 QUESTION = "Where was the director of film Red Kite born?"
@@ -255,7 +255,7 @@ def test_build_group_gives_each_trajectory_its_own_reward():
     settings = RolloutSettings.load(agent="coda")
     assert settings.coda.reward_mode == "per_role" and settings.coda.fact_weight == settings.coda.restate_penalty == 1.0
     reward = score_episode(settings, RECORD, episode, hashing_embed)
-    group = build_group(settings, RECORD, [episode], [reward], version=0, timing={})
+    group = build_group(Scorer.of(settings), RECORD, [episode], [reward], version=0, timing={})
     assert [s.role for s in group.samples] == ["planner", "executor", "executor"]
     assert [s.reward for s in group.samples] == [pytest.approx(v) for v in (-2.4, 3.2, -2.95)]
     planner, hop1, _ = (s.reward_components for s in group.samples)
@@ -274,7 +274,7 @@ def test_shared_mode_is_todays_coda_reward_for_everyone():
     assert reward == today and reward.per_trajectory is None
     # final F1 0 → −3; old format: planner 1, executors (1 + 1)/2 (empty tags paid); refine vs the golds 0
     assert reward.reward == pytest.approx(-3 + 0.1 * (1 + 1) + 0.1 * 0)
-    group = build_group(settings, RECORD, [episode], [reward], version=0, timing={})
+    group = build_group(Scorer.of(settings), RECORD, [episode], [reward], version=0, timing={})
     assert [s.reward for s in group.samples] == [pytest.approx(-2.8)] * 3
 
 

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from services.trainer import checkpoint
+from services.trainer.batch_loss import RlSums
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
+from services.trainer.metrics import RlMetrics
 from services.trainer.packing import TrainSeq
 from services.trainer.step import StepInput, train_step
 from tests.unit.trainer.tiny import tiny_qwen2
@@ -19,7 +21,7 @@ def reinforce(logp, ent, batch, norms):
     """A test-side loss: −A·logp token-mean (enough to move weights; the real one is the RL objective)."""
     mask = batch.target_mask
     loss = -(logp * batch.fields["adv"] * mask).sum() / norms["tokens"] * norms["world"]
-    return loss, {"pg_loss": float(loss.detach())}
+    return loss, RlSums.of(RlMetrics(pg_loss=float(loss.detach())), float(mask.sum()))
 
 
 def _input(seed: int) -> StepInput:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.trainer.batch_loss import Objective, RlMetrics
+from services.trainer.batch_loss import Objective, RlSums
 from services.trainer.config import TrainerSettings
+from services.trainer.metrics import RlMetrics
 from services.trainer.packing import TrainSeq, pack
 
 
@@ -30,9 +31,9 @@ def test_bypass_ratio_against_sampler_and_gradient_sign():
     loss.backward()
     assert (logp.grad[b.target_mask > 0] < 0).all()  # descending raises the logprob of a positive-advantage token
     assert (logp.grad[b.target_mask == 0] == 0).all()  # untrained positions get no gradient
-    out = m  # one micro-batch: its local means are the step's
-    assert out["ratio_mean"] == pytest.approx(1.0) and out["staleness_mean"] == pytest.approx(1.0)
-    assert out["mismatch_kl_k3"] == pytest.approx(0.0)
+    out = m.means()  # one micro-batch: its local means are the step's
+    assert m.tokens == 3 and out.ratio_mean == pytest.approx(1.0) and out.staleness_mean == pytest.approx(1.0)
+    assert out.mismatch_kl_k3 == pytest.approx(0.0) and out.is_weight_mean is None  # no IS in bypass mode
 
 
 def test_decoupled_mode_weights_by_sampler_ratio():
@@ -42,13 +43,12 @@ def test_decoupled_mode_weights_by_sampler_ratio():
         logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 1}
     )
     assert loss.item() == pytest.approx(-2.0)  # −A · w(=2) · r(=1)
-    assert m["is_weight_mean"] == pytest.approx(2.0)
+    assert m.means().is_weight_mean == pytest.approx(2.0)
 
 
-def test_rl_metrics_average_means_by_tokens_and_add_shares():
-    metrics = RlMetrics()
-    metrics.add({"clip_fraction": 1.0, "num_tokens": 1.0, "pg_loss": 0.5})
-    metrics.add({"clip_fraction": 0.0, "num_tokens": 3.0, "pg_loss": 0.25})
-    assert metrics == RlMetrics(shares={"pg_loss": 0.75}, token_sums={"clip_fraction": 1.0}, tokens=4.0)
+def test_rl_sums_average_means_by_tokens_and_add_shares():
+    metrics = RlSums.of(RlMetrics(clip_fraction=1.0, pg_loss=0.5), 1.0)
+    metrics += RlSums.of(RlMetrics(clip_fraction=0.0, pg_loss=0.25), 3.0)
+    assert metrics == RlSums(RlMetrics(pg_loss=0.75, clip_fraction=1.0), tokens=4.0)
     # clip_fraction (1·1 + 0·3) / 4, not the mean of the micro-batch means (0.5); pg_loss: the shares' sum
-    assert metrics.means() == pytest.approx({"clip_fraction": 0.25, "pg_loss": 0.75})
+    assert metrics.means() == RlMetrics(clip_fraction=0.25, pg_loss=0.75)

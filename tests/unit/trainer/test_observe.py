@@ -9,20 +9,19 @@ from types import SimpleNamespace
 from fastapi.testclient import TestClient
 
 from services.trainer.app import build_app
+from services.trainer.metrics import RedMetrics, RlMetrics, StepRecord
 from services.trainer.observe import Observer
 
 
-def _rec(step: int) -> dict:
-    return {
-        "step": step,
-        "loss": 0.5 / step,
-        "pg_loss": 0.4,
-        "reward_mean": 0.1 * step,
-        "reward/f1": 0.2,
-        "red/final_weight": 1.5,
-        "tokens_per_second": 1000.0,
-        "clip_fraction": float("nan"),
-    }
+def _rec(step: int) -> StepRecord:
+    return StepRecord(
+        step=step,
+        rl=RlMetrics(loss=0.5 / step, pg_loss=0.4, clip_fraction=float("nan")),
+        reward_mean=0.1 * step,
+        rewards={"f1": 0.2},
+        red=RedMetrics(final_weight=1.5),
+        tokens_per_second=1000.0,
+    )
 
 
 def test_jsonl_gauges_and_plots(tmp_path):
@@ -34,6 +33,7 @@ def test_jsonl_gauges_and_plots(tmp_path):
     obs.published(version=3, seconds=0.25)
     lines = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2, 3] and "clip_fraction" not in lines[0]  # NaN left out
+    assert lines[0]["reward/f1"] == 0.2 and lines[0]["red/final_weight"] == 1.5 and lines[0]["time"] > 0
     assert (tmp_path / "losses.png").stat().st_size > 1000 and (tmp_path / "rewards.png").is_file()
     client = TestClient(app)
     metrics = client.get("/metrics").text

@@ -41,7 +41,7 @@ def test_gradient_independent_of_micro_batch_split(model_dir, packing):
     norms = []
     for budget in (16, 40, 1000):
         out = train_step(eng, StepInput(_seqs(0)), Objective(settings), None, budget, packing=packing)
-        norms.append((out.micro_batches, out.grad_norm, out.metrics.rl.means()["pg_loss"]))
+        norms.append((out.micro_batches, out.grad_norm, out.metrics.rl.means().pg_loss))
     assert norms[0][0] > norms[1][0] > norms[2][0] == 1
     assert [n[1] for n in norms] == pytest.approx([norms[2][1]] * 3, rel=1e-4)
     assert [n[2] for n in norms] == pytest.approx([norms[2][2]] * 3, rel=1e-4, abs=1e-7)

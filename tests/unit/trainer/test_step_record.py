@@ -1,4 +1,4 @@
-"""The per-step record (a line of train.jsonl) from typed step results, and the sums a step result carries.
+"""The per-step record (its line of train.jsonl) from typed step results, and the sums a step result carries.
 
 The expected dicts are written out by hand: they are the keys bench/, the stack's report, the dashboards and
 the integration tests read (the RL step's dict is what the record looked like before the step results were
@@ -9,40 +9,27 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.batch_loss import RlMetrics
+from services.trainer.batch_loss import RlSums
 from services.trainer.checkpoint import TrainState
+from services.trainer.metrics import RlMetrics, line
 from services.trainer.rl.red import REDWeights
 from services.trainer.step import StepMetrics, StepResult
 from services.trainer.step_record import Rollouts, step_record
 from shared.protocol import Sample, TrajectoryGroup, WeightUpdate
 from shared.stream import QueueStats
 
-# Two RL micro-batches as Objective reports them (local means, their trained tokens, shares of the loss).
+# Two RL micro-batches as Objective reports them (local means and shares of the loss, their trained tokens).
 PARTS = [
-    {
-        "pg_loss": 0.25,
-        "loss": 0.5,
-        "clip_fraction": 0.5,
-        "ratio_mean": 1.5,
-        "staleness_mean": 1.0,
-        "num_tokens": 30.0,
-    },
-    {
-        "pg_loss": 0.125,
-        "loss": 0.25,
-        "clip_fraction": 0.0,
-        "ratio_mean": 1.0,
-        "staleness_mean": 0.0,
-        "num_tokens": 10.0,
-    },
+    (RlMetrics(pg_loss=0.25, loss=0.5, clip_fraction=0.5, ratio_mean=1.5, staleness_mean=1.0), 30.0),
+    (RlMetrics(pg_loss=0.125, loss=0.25, clip_fraction=0.0, ratio_mean=1.0, staleness_mean=0.0), 10.0),
 ]
 STATE = TrainState(step=7, version=4, tokens=1000, dropped_stale=5)
 
 
-def _rl_metrics() -> RlMetrics:
-    rl = RlMetrics()
-    for part in PARTS:
-        rl.add(part)
+def _rl_sums() -> RlSums:
+    rl = RlSums()
+    for metrics, tokens in PARTS:
+        rl += RlSums.of(metrics, tokens)
     return rl
 
 
@@ -86,7 +73,7 @@ def _groups() -> list[TrajectoryGroup]:
 
 
 def test_rl_step_record_is_the_hand_written_dict():
-    metrics = StepMetrics(_rl_metrics(), rl_entropy_sum=60.0, sft_entropy_sum=20.0, sft_loss_sum=25.0, tokens=100.0)
+    metrics = StepMetrics(_rl_sums(), rl_entropy_sum=60.0, sft_entropy_sum=20.0, sft_loss_sum=25.0, tokens=100.0)
     red = REDWeights(2.0, 1.5, 3.0, 0.3, batch_accuracy=0.25, h_rl=1.2, h_rl_prev=1.1, h_sft=0.9, h_sft_prev=0.8)
     rollouts = Rollouts(
         _groups(),
@@ -99,7 +86,7 @@ def test_rl_step_record_is_the_hand_written_dict():
         version=4, kind="lora", model_name="policy-v4", path="/w", step=7, created_at=0, publish_seconds=0.75
     )
     rec = step_record(_result(metrics), STATE, 2.5, red=red, rollouts=rollouts, publish=publish, sync_diff=1e-5)
-    assert rec == {
+    assert line(rec) == {
         # the RL objective's metrics: token-weighted means ((0.5·30 + 0·10) / 40 ...), shares summed
         "clip_fraction": 0.375,
         "ratio_mean": 1.375,
@@ -152,9 +139,9 @@ def test_rl_step_record_is_the_hand_written_dict():
 
 
 def test_sft_only_step_record_is_the_hand_written_dict():
-    metrics = StepMetrics(RlMetrics(), sft_entropy_sum=20.0, sft_loss_sum=25.0, tokens=50.0)
+    metrics = StepMetrics(RlSums(), sft_entropy_sum=20.0, sft_loss_sum=25.0, tokens=50.0)
     result = _result(metrics, rl_tokens=0.0, rl_sequences=0.0, sft_weight=1.0, rl_micro_batches=0)
-    assert step_record(result, STATE, 2.5) == {
+    assert line(step_record(result, STATE, 2.5)) == {
         "tokens": 50.0,
         "sft_entropy": 2.0,
         "sft_loss": 2.5,
@@ -176,34 +163,34 @@ def test_sft_only_step_record_is_the_hand_written_dict():
 
 
 def test_rl_step_without_demonstrations_has_no_red_or_sft_keys():
-    metrics = StepMetrics(_rl_metrics(), rl_entropy_sum=60.0, tokens=80.0)
+    metrics = StepMetrics(_rl_sums(), rl_entropy_sum=60.0, tokens=80.0)
     result = _result(metrics, sft_tokens=0.0, sft_weight=0.0, sft_micro_batches=0)
     rollouts = Rollouts(_groups(), 0, 0, 0, QueueStats(depth=0, pending=0, lag=0, dead_letters=0))
-    rec = step_record(result, STATE, 2.5, rollouts=rollouts)
+    rec = line(step_record(result, STATE, 2.5, rollouts=rollouts))
     assert not [k for k in rec if k.startswith("red/") or k in ("sft_loss", "sft_entropy", "publish_seconds")]
     assert rec["rl_entropy"] == 1.5 and rec["sft_tokens"] == 0.0 and rec["groups"] == 2
 
 
 def test_means_of_a_side_that_did_not_train_are_none():
-    metrics = StepMetrics(RlMetrics(), sft_entropy_sum=0.0, sft_loss_sum=0.0, tokens=0.0)
+    metrics = StepMetrics(RlSums(), sft_entropy_sum=0.0, sft_loss_sum=0.0, tokens=0.0)
     # Demonstrations given with weight 0 are not run: their tokens are counted, not trained.
     result = _result(metrics, rl_tokens=0.0, sft_micro_batches=0)
     assert (result.rl_entropy(), result.sft_entropy(), result.sft_loss()) == (None, None, None)
     assert result.sft_trained_tokens == 0.0 and not result.trained
 
 
-def test_total_over_ranks_lines_up_metrics_by_name():
-    # Two ranks whose micro-batches reported the same metrics in different orders.
+def test_total_over_ranks_lines_up_metrics_by_field():
+    # Two ranks whose micro-batches measured the same metrics; one metric no rank measured (kl) stays None.
     a, b = StepMetrics(tokens=10.0, rl_entropy_sum=1.0), StepMetrics(tokens=30.0, sft_loss_sum=4.0)
-    a.rl.add({"clip_fraction": 1.0, "ratio_mean": 2.0, "pg_loss": 0.5, "num_tokens": 1.0})
-    b.rl.add({"pg_loss": 0.25, "ratio_mean": 1.0, "clip_fraction": 0.0, "num_tokens": 3.0})
+    a.rl += RlSums.of(RlMetrics(clip_fraction=1.0, ratio_mean=2.0, pg_loss=0.5), 1.0)
+    b.rl += RlSums.of(RlMetrics(pg_loss=0.25, ratio_mean=1.0, clip_fraction=0.0), 3.0)
     seen: list[list[float]] = []
     b.total(lambda values: seen.append(values) or values)  # what rank b puts into the all-reduce
     total = a.total(lambda values: [x + y for x, y in zip(values, seen[0], strict=True)])
     assert total == StepMetrics(
-        RlMetrics(shares={"pg_loss": 0.75}, token_sums={"clip_fraction": 1.0, "ratio_mean": 5.0}, tokens=4.0),
+        RlSums(RlMetrics(pg_loss=0.75, clip_fraction=1.0, ratio_mean=5.0), tokens=4.0),
         rl_entropy_sum=1.0,
         sft_loss_sum=4.0,
         tokens=40.0,
     )
-    assert total.rl.means() == {"clip_fraction": 0.25, "ratio_mean": 1.25, "pg_loss": 0.75}
+    assert total.rl.means() == RlMetrics(clip_fraction=0.25, ratio_mean=1.25, pg_loss=0.75)
