@@ -1,7 +1,8 @@
 """Fault injection for the crash test: ``CODA_TRAINER_FAULT=<point>:<n>`` SIGKILLs the process the n-th time
 execution reaches ``point`` (``mid_step``, ``mid_checkpoint``, ``before_ack``, ``before_publish``).
 
-Unset (always, outside tests) it costs one dictionary lookup per call.
+The variable is read once, at import: the crash test sets it for the trainer's process. Unset (always, outside
+tests) ``ARMED`` is False and callers skip ``point`` altogether (``if faults.ARMED: faults.point(...)``).
 """
 
 from __future__ import annotations
@@ -9,14 +10,13 @@ from __future__ import annotations
 import os
 import signal
 
+_SPEC = os.environ.get("CODA_TRAINER_FAULT", "")
+ARMED = bool(_SPEC)
 _hits: dict[str, int] = {}
 
 
 def point(name: str) -> None:
-    spec = os.environ.get("CODA_TRAINER_FAULT")
-    if not spec:
-        return
-    target, _, count = spec.partition(":")
+    target, _, count = _SPEC.partition(":")
     if target != name:
         return
     _hits[name] = _hits.get(name, 0) + 1

@@ -331,7 +331,8 @@ class Trainer:
         checkpoint.save(
             self.eng.engine, self.state, self.s.checkpoint_dir, self.s.keep_checkpoints, self.eng.rank, self.eng.world
         )
-        faults.point("before_ack")
+        if faults.ARMED:
+            faults.point("before_ack")
         if self.rank0 and self.unacked:
             try:
                 self.patience.call("redis", self.queue.ack, *self.unacked)
@@ -344,7 +345,8 @@ class Trainer:
                     extra={"count": len(self.unacked)},
                 )
         self.unacked = []
-        faults.point("before_publish")
+        if faults.ARMED:
+            faults.point("before_publish")
 
     def _publish(self, announce: bool) -> None:
         consumed = self._consumed() if self.rank0 else None

@@ -205,7 +205,8 @@ def train_step(
             metrics.sft_entropy_sum += entropy_sum
         eng.engine.backward(loss, scale_wrt_gas=False)
         metrics.tokens += batch.num_tokens
-        faults.point("mid_step")
+        if faults.ARMED:
+            faults.point("mid_step")
     local_norm = _param_grad_norm(eng) if eng.engine.zero_optimization_stage() == 0 else None
     eng.engine.step()
     return StepResult(
