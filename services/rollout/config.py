@@ -197,6 +197,11 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     # ------------------------------------------------------------ eval
     eval_output: str = Field("runs/eval", description="Folder of eval JSON results")
     eval_limit: int | None = Field(None, ge=1, description="Evaluate at most this many prompts")
+    eval_kind: Literal["all", "open", "choice"] = Field(
+        "all",
+        description="Evaluate only the open questions (the gold answer is not yes/no and not named in the "
+        "question: found by reading) or only the choice ones (recipes.question_kinds), before eval_limit",
+    )
     eval_concurrency: int | None = Field(
         None,
         ge=1,

@@ -24,6 +24,7 @@ import redis
 from recipes.core.context import Episode
 from recipes.core.llm import PolicyState
 from recipes.datasets import PromptRecord, question_type
+from recipes.question_kinds import question_kind
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
 from services.rollout.loader import LOAD_TIMEOUT_S
@@ -66,6 +67,7 @@ async def evaluate(settings: RolloutSettings, records: list[PromptRecord], *, to
                     "prediction": answer,
                     "error": error,
                     "type": question_type(record),
+                    "kind": question_kind(record.question, record.golden_answers),
                     "queries": (list(episode.search.queries) if episode else None),
                     "searches": episode.search.num_searches if episode else 0,
                     "generated_tokens": episode.generated_tokens if episode else 0,
@@ -165,6 +167,8 @@ def _cell(metric: str, value: float) -> str:
 def run_eval(settings: RolloutSettings) -> tuple[Path, dict]:
     """Run the split, write the JSON file; returns its path and the result (``format_table`` renders it)."""
     records = settings.records()
+    if settings.eval_kind != "all":
+        records = [r for r in records if question_kind(r.question, r.golden_answers) == settings.eval_kind]
     if settings.eval_limit:
         records = records[: settings.eval_limit]
     if not records:
