@@ -59,6 +59,7 @@ import torch  # noqa: E402
 from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
 from bench._qa_arms import ARMS, DATASETS, METHODS, RECIPES, TRAINED  # noqa: E402
+from bench._qa_curve import Snapshots, curve_points, open_subset_note, write_curves  # noqa: E402
 from bench._qa_delegations import delegations, expected_results  # noqa: E402
 from bench._qa_report import write_report  # noqa: E402
 from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
@@ -230,9 +231,21 @@ class Bench:
             "example": next((r for r in rows if r["f1"] == 1.0 and r.get("type") == "bridge"), None),
         }
 
-    def train_for(self, stack: LocalStack, sup: Supervisor, seconds: float, rl: bool, peaks: dict, **env: str) -> float:
+    def train_for(
+        self,
+        stack: LocalStack,
+        sup: Supervisor,
+        seconds: float,
+        rl: bool,
+        peaks: dict,
+        snaps: Snapshots | None = None,
+        before_s: float = 0.0,
+        **env: str,
+    ) -> float:
         """Trainer (+ rollout when ``rl``) until ``seconds`` have passed or the trainer exits (``max_steps``);
-        returns the seconds they ran. ``peaks`` collects each service's peak RSS (MB, with its children)."""
+        returns the seconds they ran. ``peaks`` collects each service's peak RSS (MB, with its children);
+        ``snaps`` keeps the arm's adapter as it goes (``before_s``: the arm's training seconds before this
+        phase)."""
         if not rl:  # demonstrations only: the trainer is alone, as make train's warm start (every core)
             env.setdefault("OMP_NUM_THREADS", str(threads_for("trainer", alone=True)))
         started = time.time()
@@ -244,6 +257,8 @@ class Bench:
                     raise RuntimeError(f"{other.name} exited with {other.proc.returncode}:\n{other.tail()}")
                 peaks[other.name] = max(peaks.get(other.name, 0.0), tree_rss(other.proc.pid) / 2**20)
             peaks["trainer"] = max(peaks.get("trainer", 0.0), tree_rss(trainer.proc.pid) / 2**20)
+            if snaps is not None:
+                snaps.poll(before_s + time.time() - started, "rl" if rl else "sft")
             time.sleep(0.5)
         if rollout is not None:
             sup.stop(rollout)
@@ -275,6 +290,7 @@ class Bench:
         searcher, searcher_is = self.searcher_for(run, dataset, method, seed)
         stack = self.stack(dataset, method, run)
         peaks: dict[str, float] = {}
+        snaps = Snapshots(run / "weights", run / "curve", self.a.snapshot_every_s)
         with Supervisor(run / "logs") as sup:
             stack.prepare(sup)
             self.start_servers(stack, sup, searcher)
@@ -289,7 +305,15 @@ class Bench:
             sft_only = {"CODA_TRAINER_SFT_ONLY": "true", "CODA_TRAINER_RED_MODE": "fixed"}
             if arm.training == "sft":
                 used = self.train_for(
-                    stack, sup, self.a.train_s, False, peaks, **env, **sft_only, CODA_TRAINER_MAX_STEPS=MANY_STEPS
+                    stack,
+                    sup,
+                    self.a.train_s,
+                    False,
+                    peaks,
+                    snaps,
+                    **env,
+                    **sft_only,
+                    CODA_TRAINER_MAX_STEPS=MANY_STEPS,
                 )
                 warm_s = 0.0
             else:
@@ -302,14 +326,26 @@ class Bench:
                     self.a.train_s,
                     False,
                     peaks,
+                    snaps,
                     **env,
                     **sft_only,
                     CODA_TRAINER_MAX_STEPS=str(warm_steps),
                 )
+                snaps.take(warm_s, "warm")  # the warm start's own adapter: the point RL starts from
                 used = warm_s + self.train_for(
-                    stack, sup, self.a.train_s - warm_s, True, peaks, **env, CODA_TRAINER_MAX_STEPS=MANY_STEPS
+                    stack,
+                    sup,
+                    self.a.train_s - warm_s,
+                    True,
+                    peaks,
+                    snaps,
+                    warm_s,
+                    **env,
+                    CODA_TRAINER_MAX_STEPS=MANY_STEPS,
                 )
+            snaps.take(used, "final")
             rec = {"train_s": round(used, 1), "warm_s": round(warm_s, 1), "peak_rss_mb": peaks}
+            rec["snapshots"] = snaps.points
             if arm.training != "sft":
                 rec["warm_steps"] = warm_steps
             rec["precision"] = matmul_precision(recipe_of(dataset, method), self.a.set)
@@ -321,6 +357,51 @@ class Bench:
             say(f"{dataset} {method} seed {seed}: {rec['steps']} steps in {used:.0f}s")
             rec.update(self.evaluate(stack, sup, dataset, "live", searcher, **arm.env))
         return rec
+
+    def curve(self, dataset: str, method: str, seed: int) -> None:
+        """Evaluate the run's kept adapters that have no score yet (``--curve``), each alone on the machine in
+        a fresh inference server, on the first ``--curve-limit`` open-answer held-out questions; the doc is
+        saved after every point, so an interrupted curve keeps what it measured."""
+        rec = self.doc["runs"].get(f"{dataset}/{method}/{seed}")
+        todo = [p for p in (rec or {}).get("snapshots", []) if "f1" not in p]
+        if not todo:
+            return
+        run = self.root / dataset / f"{method}-seed{seed}"
+        searcher = run / "searcher-adapter" if method == "thinker-searcher" else None
+        stack = self.stack(dataset, method, run)
+        with Supervisor(run / "logs-curve") as sup:
+            stack.prepare(sup)
+            self.start_servers(stack, sup, searcher)
+            for point in todo:
+                name = f"curve-{point['path']}"
+                stack.restart_inference(sup, threads=os.cpu_count() or 1)
+                stack.load_adapter(name, run / "curve" / point["path"])
+                if searcher is not None:
+                    stack.load_adapter(SEARCHER_ADAPTER, searcher)
+                out = stack.layout.evals / name
+                args = ["services.rollout", "eval", "--dataset", DATASETS[dataset], "--split", "eval"]
+                args += ["--eval-output", str(out), "--eval-policy", "base", "--eval-kind", "open"]
+                args += ["--eval-limit", str(self.a.curve_limit)]
+                started = time.time()
+                stack.job(sup, "eval", args, **ARMS[method].env, CODA_ROLLOUT_MODEL_NAME=name)
+                result = read_eval(out)
+                rows = json.loads(result.path.read_text())["rows"]
+                point.update(
+                    f1=round(sum(r["f1"] for r in rows) / len(rows), 4),
+                    em=round(sum(r["em"] for r in rows) / len(rows), 4),
+                    n=len(rows),
+                    eval_s=round(time.time() - started, 1),
+                    rows=[{"id": r["prompt_id"], "f1": r["f1"]} for r in rows],
+                )
+                say(f"{dataset}/{method}/{seed} at {point['train_s'] / 60:.1f} min: open F1 {point['f1']:.3f}")
+                self.save()
+
+    def save_curves(self) -> None:
+        stem = RESULTS / self.a.curve_name
+        raw = stem.with_suffix(".json")
+        merged = json.loads(raw.read_text())["runs"] if raw.is_file() else {}
+        merged.update({f"{self.a.name}:{k}": v for k, v in curve_points(self.doc).items()})
+        write_curves(merged, stem.with_suffix(".png"), raw, open_subset_note(self.a.curve_limit))
 
     # ---------------------------------------------------------------- all
     def run(self) -> None:
@@ -335,6 +416,7 @@ class Bench:
                     key = f"{dataset}/{method}" + (f"/{seed}" if method in TRAINED else "")
                     if key in self.doc["runs"] and not self.a.again:
                         say(f"{key}: already measured")
+                        self.curve_of(dataset, method, seed)
                         continue
                     say(f"{key}: {'training ' + str(self.a.train_s) + ' s' if method in TRAINED else 'evaluating'}")
                     started = time.time()
@@ -343,6 +425,12 @@ class Bench:
                     rec["commit"] = commit() + "".join(f" {pair}" for pair in self.a.set)
                     self.doc["runs"][key] = rec
                     self.save()
+                    self.curve_of(dataset, method, seed)
+
+    def curve_of(self, dataset: str, method: str, seed: int) -> None:
+        if self.a.curve and method in TRAINED:
+            self.curve(dataset, method, seed)
+            self.save_curves()
 
     def save(self) -> None:
         results.write(self.doc, self.a.name, RESULTS)
@@ -404,6 +492,23 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="a setting for every service of the runs, as an environment variable over the recipes (e.g. "
         "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json.xz's arms apart",
+    )
+    p.add_argument(
+        "--snapshot-every-s",
+        type=float,
+        default=300.0,
+        help="keep a trained arm's adapter every this many seconds of training (and at the end of its warm start "
+        "and of its training) for --curve; 0: only those two",
+    )
+    p.add_argument(
+        "--curve",
+        action="store_true",
+        help="after each trained run (measured now or before), evaluate its kept adapters on --curve-limit "
+        "open-answer held-out questions, outside the training budget, and draw bench/results/CURVE_NAME.png",
+    )
+    p.add_argument("--curve-limit", type=int, default=40, help="open-answer held-out questions a curve point asks")
+    p.add_argument(
+        "--curve-name", default="qa-curve", help="stem of the curve's plot and raw numbers under bench/results"
     )
     p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json.xz")
     p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
