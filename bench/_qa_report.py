@@ -1,36 +1,53 @@
 """The multi-hop QA bench's report: ``bench/results/qa.md`` from ``qa.json.xz`` (written by ``python -m bench.qa``).
 
-Per dataset one table (methods as rows; EM and F1 with 95% bootstrap intervals over questions, searches and
-generated tokens per question, training wall time, speed and memory), the same F1 by question type, paired
-differences between arms (``PAIRS``), how the CoDA arms split their questions (per run, and per question type
-against each question's hop plan), and the targets of the benchmark checked against the numbers.
+Per dataset one table (methods as rows; F1 on the open questions, then on the choice questions against the
+reading-free baseline, then overall F1 and EM, all with 95% bootstrap intervals over questions; searches and
+generated tokens per question, training wall time, speed and memory), F1 by question type (each type marked open or
+choice), paired differences between arms (``PAIRS``, on the open questions first), how the CoDA arms split their
+questions (per run, and per question type against each question's hop plan), and the targets of the benchmark
+checked against the numbers.
 
-The arms are ``bench._qa_arms``; what a CoDA episode made of its question, ``bench._qa_delegations``.
+The arms are ``bench._qa_arms``; open and choice questions and the baseline, ``bench._qa_kinds``; what a CoDA
+episode made of its question, ``bench._qa_delegations``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from bench._qa_arms import CODA_LIKE, DATASETS, METHODS, RL, SFT_ONLY, TITLES, TRAINED
+from bench._qa_arms import CODA_LIKE, DATASETS, METHODS, RL, TITLES, TRAINED
 from bench._qa_delegations import _share, hierarchy_stats
 from bench._qa_delegations import mean as _mean
+from bench._qa_kinds import (
+    CHOICE,
+    OPEN,
+    baseline_row,
+    below_baseline,
+    choice_baseline,
+    counts,
+    kind_ci,
+    kinds,
+    of_kind,
+    targets,
+    type_kind,
+)
 from recipes.rewards.peco import RESTATES  # a CoDA task that asks the whole question
 
-# Paired differences the report tables (first − second, on the same questions), overall and for these types.
+# Paired differences the report tables (first − second, on the same questions): open, choice, overall and these
+# types. Each RL arm against its own SFT-only arm first: whether RL added anything is the bench's first question.
 PAIRS = (
+    ("flat", "sft"),
+    ("coda", "coda-sft"),
     ("coda", "flat"),
     ("coda-sft", "flat"),
-    ("coda", "coda-sft"),
     ("coda", "coda-shared"),
     ("thinker-searcher", "flat"),
 )
 PAIRED_TYPES = {"hotpotqa": (), "2wiki": ("compositional",)}
-TARGET_F1 = {"hotpotqa": 0.35, "2wiki": 0.40}
-MARGIN = 0.10
 
 
 def bootstrap_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
@@ -83,7 +100,7 @@ def _ci(runs: list[dict], key: str) -> tuple[float, float, float]:
 
 
 def _fmt_ci(m: tuple[float, float, float]) -> str:
-    return f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}]"
+    return "–" if m[0] != m[0] else f"{m[0]:.3f} [{m[1]:.3f}, {m[2]:.3f}]"  # NaN: no question of that kind
 
 
 def _num(x, fmt: str = "{:.1f}") -> str:
@@ -100,16 +117,21 @@ def _peaks(runs: list[dict]) -> str:
     return ", ".join(f"{n} {peaks[n]:,.0f}" for n in names) or "–"
 
 
-def method_row(doc: dict, dataset: str, method: str) -> str | None:
+def method_row(doc: dict, dataset: str, method: str, baseline: float | None = None) -> str | None:
+    """One arm's row; its choice F1 carries ``↓`` when under ``baseline`` (the reading-free guess's choice F1)."""
     runs = _runs(doc, dataset, method)
     if not runs:
         return None
-    per_seed = " / ".join(f"{_mean([row['f1'] for row in r['rows']]):.3f}" for r in runs) if len(runs) > 1 else ""
+    kind_of = kinds(dataset, runs)
+    per_seed = " / ".join(_num(kind_ci([r], kind_of, OPEN)[0], "{:.3f}") for r in runs) if len(runs) > 1 else ""
     rows = [row for r in runs for row in r["rows"]]
     trained = method in TRAINED
+    choice = kind_ci(runs, kind_of, CHOICE)
+    below = baseline is not None and choice[0] < baseline
     return (
-        f"| {METHODS[method]} | {len(runs)} | {len(runs[0]['rows'])} | {_fmt_ci(_ci(runs, 'em'))} | "
-        f"{_fmt_ci(_ci(runs, 'f1'))} | {per_seed or '–'} | "
+        f"| {METHODS[method]} | {len(runs)} | {counts((row['id'] for row in runs[0]['rows']), kind_of)} | "
+        f"**{_fmt_ci(kind_ci(runs, kind_of, OPEN))}** | {_fmt_ci(choice)}{' ↓' if below else ''} | "
+        f"{_fmt_ci(_ci(runs, 'f1'))} | {_fmt_ci(_ci(runs, 'em'))} | {per_seed or '–'} | "
         f"{_mean([row['searches'] for row in rows]):.2f} | {_mean([row['tokens'] for row in rows]):.0f} | "
         f"{_num(_mean([r['train_s'] for r in runs]), '{:.0f} s') if trained else '–'} | "
         f"{_num(_mean([r.get('steps') for r in runs]), '{:.0f}') if trained else '–'} | "
@@ -117,6 +139,12 @@ def method_row(doc: dict, dataset: str, method: str) -> str | None:
         f"{_num(_mean([r.get('s_per_rl_step') for r in runs]))} | {_rewards(runs)} | "
         f"{_peaks(runs) if trained else '–'} | {', '.join(sorted({r.get('commit') or '?' for r in runs}))} |"
     )
+
+
+def _common(doc: dict, dataset: str) -> list[dict]:
+    """The runs of the first measured method: every method is restricted to the same questions (``_runs``), so
+    their rows name the questions the whole table is over."""
+    return next((runs for m in METHODS if (runs := _runs(doc, dataset, m))), [])
 
 
 def sft_step_s(run: dict) -> float | None:
@@ -142,6 +170,7 @@ def _rewards(runs: list[dict]) -> str:
     return f"{first:.3f} → {last:.3f}" + (f" ({signal:.0%} of groups with signal)" if signal is not None else "")
 
 
+@cache
 def _current_types(dataset: str) -> dict[str, str]:
     """Each question's type as ``recipes.datasets.question_type`` gives it now: a run recorded before a type
     could be told (2Wiki's unlabelled questions, once ``unknown``) is tabled like a run made today. Empty when
@@ -162,8 +191,9 @@ def type_table(doc: dict, dataset: str) -> list[str]:
     for row in measured[0][0]["rows"]:
         types[today.get(row["id"], row["type"])].add(row["id"])
     names = sorted(types, key=lambda t: (-len(types[t]), t))
+    kind_of = kinds(dataset, measured[0])
     out = [
-        "| method | " + " | ".join(f"{t} (n={len(types[t])})" for t in names) + " |",
+        "| method | " + " | ".join(f"{t} ({type_kind(types[t], kind_of)})" for t in names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for method in METHODS:
@@ -249,26 +279,31 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
 
 
 def paired_table(doc: dict, dataset: str) -> list[str]:
-    """``PAIRS``: F1 of one arm minus another's on the same questions, with paired 95% intervals, overall and
-    for ``PAIRED_TYPES``."""
+    """``PAIRS``: F1 of one arm minus another's on the same questions, with paired 95% intervals, on the open
+    questions, the choice ones, overall and for ``PAIRED_TYPES``."""
     f1 = {m: per_question(runs, "f1") for m in METHODS if (runs := _runs(doc, dataset, m))}
     pairs = [(a, b) for a, b in PAIRS if a in f1 and b in f1]
     if not pairs:
         return []
     today = _current_types(dataset)
+    kind_of = kinds(dataset, _common(doc, dataset))
     types = PAIRED_TYPES.get(dataset, ())
     out = [
         "",
         "Paired differences (F1 of the first arm minus the second's on the same questions, each question's F1 "
         "averaged over an arm's seeds; 95% paired bootstrap: 2,000 resamples of the questions, the same resample "
-        "for both arms, seed 0):",
+        "for both arms, seed 0), on the open questions first:",
         "",
-        "| difference | overall |" + "".join(f" {t} |" for t in types),
-        "|---|---|" + "---|" * len(types),
+        "| difference | **open** | choice | overall |" + "".join(f" {t} |" for t in types),
+        "|---|---|---|---|" + "---|" * len(types),
     ]
     for a, b in pairs:
         ids = sorted(set(f1[a]) & set(f1[b]))
-        cells = [_fmt_diff(paired_ci(f1[a], f1[b], ids), len(ids))]
+        cells = []
+        for kind in (OPEN, CHOICE):
+            picked = of_kind(kind_of, ids, kind)
+            cells.append(_fmt_diff(paired_ci(f1[a], f1[b], picked), len(picked)))
+        cells.append(_fmt_diff(paired_ci(f1[a], f1[b], ids), len(ids)))
         for t in types:
             of_type = [q for q in ids if today.get(q, _row_type(doc, dataset, q)) == t]
             cells.append(_fmt_diff(paired_ci(f1[a], f1[b], of_type), len(of_type)))
@@ -288,39 +323,6 @@ def _row_type(doc: dict, dataset: str, qid: str) -> str:
                 if row["id"] == qid:
                     return row["type"]
     return "unknown"
-
-
-def targets(doc: dict, dataset: str) -> list[str]:
-    """The benchmark's bar: the best RL method above the best untrained one and the best SFT-only one by
-    >= MARGIN F1 with disjoint intervals, and held-out F1 >= TARGET_F1."""
-    f1 = {m: _ci(_runs(doc, dataset, m), "f1") for m in METHODS if _runs(doc, dataset, m)}
-    rl = [m for m in RL if m in f1]
-    if not rl:
-        return ["- no GRPO method measured yet"]
-    best = max(rl, key=lambda m: f1[m][0])
-    lines = []
-    for rivals, what in (
-        (["zero-shot", "naive-rag", "naive-rag-4shot"], "the best untrained method"),
-        (list(SFT_ONLY), "SFT only"),
-    ):
-        have = [m for m in rivals if m in f1]
-        if not have:
-            lines.append(f"- against {what}: not measured")
-            continue
-        rival = max(have, key=lambda m: f1[m][0])
-        gap = f1[best][0] - f1[rival][0]
-        disjoint = f1[best][1] > f1[rival][2]
-        ok = gap >= MARGIN and disjoint
-        lines.append(
-            f"- {METHODS[best]} − {METHODS[rival]} ({what}): F1 {gap:+.3f}, intervals "
-            f"{'disjoint' if disjoint else 'overlap'} → {'met' if ok else 'not met'} (bar: ≥ +{MARGIN:.2f}, disjoint)"
-        )
-    reached = f1[best][0] >= TARGET_F1[dataset]
-    lines.append(
-        f"- held-out F1 of {METHODS[best]}: {f1[best][0]:.3f} → {'met' if reached else 'not met'} "
-        f"(bar: ≥ {TARGET_F1[dataset]:.2f})"
-    )
-    return lines
 
 
 # What the CoDA runs recorded before the bench noted their reward trained with: CoDA's shared reward (the only
@@ -383,7 +385,14 @@ def write_report(doc: dict, md: Path) -> None:
         "speed); in brackets the precision the trainer computed in (precision auto: bf16 autocast on a CPU that "
         "multiplies bf16 natively, else fp32; no bracket: recorded before the bench noted it). "
         "Commit: what each row's runs ran "
-        "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were).",
+        "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were). "
+        "Open and choice (`recipes/question_kinds.py`): a question is a *choice* when a gold answer is yes/no or is "
+        'named in the question ("Which film came out first, X or Y?"), where picking a candidate without reading '
+        "scores about half; every other question is *open* (its answer has to be found by reading), so the tables "
+        "lead with open-answer F1. The reading-free choice baseline answers each choice question with "
+        '`guess(question)` (the first candidate the question names, else "yes"), reads nothing, and is scored '
+        "with token F1 on the same choice questions as the arms (it answers no open question); ↓ marks an arm whose "
+        "choice F1 is below it.",
         "",
     ]
     for dataset in DATASETS:
@@ -392,12 +401,15 @@ def write_report(doc: dict, md: Path) -> None:
         lines += [
             f"## {TITLES[dataset]}",
             "",
-            "| method | runs | questions | EM [95% CI] | F1 [95% CI] | F1 per run | searches / q | generated "
-            "tokens / q | training wall time | steps | s / SFT step | s / RL step | train reward, RL steps 1-5 → "
-            "last 5 | peak RSS per service (MB) | commit |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| method | runs | questions | **open-answer F1** [95% CI] | choice F1 [95% CI] | F1 [95% CI] | "
+            "EM [95% CI] | open F1 per run | searches / q | generated tokens / q | training wall time | steps | "
+            "s / SFT step | s / RL step | train reward, RL steps 1-5 → last 5 | peak RSS per service (MB) | commit |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [row for m in METHODS if (row := method_row(doc, dataset, m))]
+        base = choice_baseline(doc, dataset)
+        lines += [row for m in METHODS if (row := method_row(doc, dataset, m, base[0][0] if base else None))]
+        if base:
+            lines += [baseline_row(*base), *below_baseline(doc, dataset, base[0][0])]
         lines += rewards(doc, dataset) + searchers(doc, dataset)
         lines += ["", "F1 by question type [95% CI]:", "", *type_table(doc, dataset), *paired_table(doc, dataset)]
         lines += [*delegation_table(doc, dataset), *hierarchy_table(doc, dataset)]

@@ -39,38 +39,122 @@ def test_seeds_are_pooled_per_question(report):
     assert report.per_question(runs, "f1") == {"a": 0.75, "b": 0.0}
 
 
-def _run(f1s, train_s=0.0, types=None):
+def _run(f1s, train_s=0.0, types=None, kinds=None):
     types = types or ["bridge"] * len(f1s)
     rows = [
         {"id": str(i), "type": t, "em": float(f == 1.0), "f1": f, "searches": 1, "tokens": 20, "hit": 1.0}
         for i, (f, t) in enumerate(zip(f1s, types, strict=True))
     ]
+    for row, kind in zip(rows, kinds or [], strict=False):
+        if kind:
+            row["kind"] = kind
     return {"rows": rows, "train_s": train_s, "steps": 10, "s_per_rl_step": 12.0, "peak_rss_mb": {"trainer": 2000.0}}
 
 
-def test_targets_say_met_only_when_the_gap_and_disjoint_intervals_hold(report, tmp_path):
-    low, high = [0.0] * 80 + [1.0] * 20, [0.0] * 40 + [1.0] * 60  # F1 0.20 against 0.60
+@pytest.fixture()
+def no_questions(monkeypatch):
+    """The fixtures' ids name no bundled question: the kinds come from the rows alone, and no baseline is drawn."""
+    from bench import _qa_kinds
+
+    monkeypatch.setattr(_qa_kinds, "lookup", lambda dataset: {})
+
+
+def test_targets_are_on_open_answer_f1_and_say_met_only_when_the_bar_holds(report, no_questions, tmp_path):
+    # 100 questions: 0-49 open (compositional), 50-99 choice (comparison). On the open ones flat is right on
+    # 0-29 (F1 0.60) and SFT on 0-9 (0.20), so flat − sft = +0.40 with every paired difference >= 0; on the
+    # choices SFT is right everywhere and flat nowhere, so overall SFT leads (0.60 against 0.30): a bar on
+    # overall F1 would say the opposite.
+    kinds, types = ["open"] * 50 + ["choice"] * 50, ["compositional"] * 50 + ["comparison"] * 50
+    flat = [1.0] * 30 + [0.0] * 20 + [0.0] * 50
+    sft = [1.0] * 10 + [0.0] * 40 + [1.0] * 50
+    rag = [1.0] * 29 + [0.0] * 21 + [0.0] * 50  # open F1 0.58: flat's 0.60 is not 0.05 above it
     doc = {
         "config": {"train_s": 600, "warm_steps": 10, "limit": None, "seeds": [0, 1]},
         "runs": {
-            "hotpotqa/zero-shot": _run(low),
-            "hotpotqa/naive-rag": _run(low),
-            "hotpotqa/sft/0": _run(low, 600),
-            "hotpotqa/flat/0": _run(high, 600),
-            "hotpotqa/flat/1": _run(high, 600),
+            "2wiki/sft/0": _run(sft, 600, types, kinds),
+            "2wiki/rag-sft/0": _run(rag, 600, types, kinds),
+            "2wiki/flat/0": _run(flat, 600, types, kinds),
+            "2wiki/flat/1": _run(flat, 600, types, kinds),
         },
     }
-    lines = report.targets(doc, "hotpotqa")
-    assert sum("→ met" in line for line in lines) == 3  # both gaps, and 0.60 >= 0.35
+    lines = report.targets(doc, "2wiki")
+    assert lines[0].startswith("- flat − sft (RL over its own SFT only): open-answer F1 +0.400 [+")
+    assert lines[0].endswith("(n=50) → met (bar: ≥ +0.05, paired interval above 0)")
+    assert lines[1] == "- coda − coda-sft (RL over its own SFT only): not measured (coda and coda-sft not run)"
+    assert "0.600" in lines[2] and "rag-sft 0.580 + 0.05" in lines[2] and lines[2].endswith("→ not met")
+    assert lines[3].startswith("- flat arm's compositional F1: 0.600 [") and "→ met" in lines[3]
+    doc["runs"]["2wiki/rag-sft/0"] = _run([1.0] * 25 + [0.0] * 75, 600, types, kinds)  # open F1 0.50
+    assert report.targets(doc, "2wiki")[2].endswith("→ met")
+    # flat right on 0-4 only (open F1 0.10): SFT is right on 0-9, so flat − sft = -0.10; compositional just at the bar.
+    doc["runs"]["2wiki/flat/0"] = doc["runs"]["2wiki/flat/1"] = _run([1.0] * 5 + [0.0] * 95, 600, types, kinds)
+    lines = report.targets(doc, "2wiki")
+    assert "open-answer F1 -0.100" in lines[0] and lines[0].endswith(
+        "→ not met (bar: ≥ +0.05, paired interval above 0)"
+    )
+    assert lines[3].startswith("- flat arm's compositional F1: 0.100 [") and "→ met" in lines[3]
+    assert len(report.targets(doc, "hotpotqa")) == 3  # no runs there: nothing measured, no compositional bar
     md = tmp_path / "qa.md"
     report.write_report(doc, md)
     text = md.read_text()
-    assert "| (d) flat Search-R1, GRPO + RED | 2 | 100 |" in text and "bridge (n=100)" in text
-    assert "## 2WikiMultihopQA" not in text  # no runs, no section
-    near = [0.0] * 72 + [1.0] * 28  # F1 0.28: +0.08 over the untrained methods, under the 0.35 bar
-    doc["runs"]["hotpotqa/flat/0"] = doc["runs"]["hotpotqa/flat/1"] = _run(near, 600)
-    lines = report.targets(doc, "hotpotqa")
-    assert [line.endswith(")") and "→ not met" in line for line in lines] == [True, True, True]
+    assert "| (d) flat Search-R1, GRPO + RED | 2 | 100: 50 open, 50 choice | **0.100 [" in text
+    assert "compositional (open, n=50)" in text and "comparison (choice, n=50)" in text
+    assert "## HotpotQA" not in text  # no runs, no section
+
+
+# Four questions by hand: "0" and "1" open (their rows say so), "2" and "3" choices (told from the question: "2"
+# names its gold, "3" is answered yes). The guess answers "2" with its first candidate, Alpha (F1 0), and "3"
+# with "yes" (F1 1): the reading-free baseline's choice F1 is 0.5.
+QUESTIONS = {
+    "0": ("Who directed the film that won the prize?", ["Jane Roe"]),
+    "1": ("Where was the author of Some Book born?", ["Paris"]),
+    "2": ("Which film came out first, Alpha or Beta Gamma?", ["Beta Gamma"]),
+    "3": ("Are Alpha and Beta both American films?", ["yes"]),
+}
+
+
+@pytest.fixture()
+def four_questions(monkeypatch):
+    from bench import _qa_kinds
+
+    monkeypatch.setattr(_qa_kinds, "lookup", lambda dataset: QUESTIONS)
+    flat = _run([1.0, 0.0, 0.0, 0.0], 600, kinds=["open", "open"])  # open 0.5, choice 0.0
+    sft = _run([0.0, 0.0, 1.0, 1.0], 600, kinds=["open", "open"])  # open 0.0, choice 1.0
+    return {"config": {"train_s": 600, "limit": None}, "runs": {"2wiki/sft/0": sft, "2wiki/flat/0": flat}}
+
+
+def test_open_and_choice_f1_and_the_reading_free_baseline_by_hand(report, four_questions, tmp_path):
+    from bench import _qa_kinds
+
+    assert _qa_kinds.kinds("2wiki", four_questions["runs"].values()) == {
+        "0": "open",
+        "1": "open",
+        "2": "choice",
+        "3": "choice",
+    }
+    (mean, lo, hi), ids = report.choice_baseline(four_questions, "2wiki")
+    assert (mean, ids) == (0.5, ["2", "3"]) and lo == 0.0 and hi == 1.0
+    flat = report.method_row(four_questions, "2wiki", "flat", baseline=0.5)
+    sft = report.method_row(four_questions, "2wiki", "sft", baseline=0.5)
+    assert "| 4: 2 open, 2 choice | **0.500 [0.000, 1.000]** | 0.000 [0.000, 0.000] ↓ | 0.250 [" in flat
+    assert "| **0.000 [0.000, 0.000]** | 1.000 [1.000, 1.000] | 0.500 [" in sft and "↓" not in sft
+    report.write_report(four_questions, tmp_path / "qa.md")
+    text = (tmp_path / "qa.md").read_text()
+    assert "| reading-free choice baseline: `guess(question)` | – | 2 choice | – | 0.500 [0.000, 1.000] |" in text
+    assert (
+        "↓ below the reading-free baseline (0.500) on the choice questions: (d) flat Search-R1, GRPO + RED (0.000)."
+        in text
+    )
+    assert "(c) SFT only (" not in text  # above the baseline: not named
+
+
+def test_paired_differences_lead_with_the_open_questions(report, four_questions):
+    lines = report.paired_table(four_questions, "2wiki")
+    assert lines[3] == "| difference | **open** | choice | overall | compositional |"
+    (row,) = [line for line in lines if line.startswith("| flat − sft |")]
+    open_, choice, overall, compositional = row.strip("| ").split(" | ")[1:]
+    # open: differences +1 and 0 → +0.5; choice: -1 and -1; overall: (1 + 0 - 1 - 1) / 4 = -0.25; no compositional.
+    assert open_.startswith("+0.500 [+0.000, +1.000] (n=2)")
+    assert choice == "-1.000 [-1.000, -1.000] (n=2)" and overall.startswith("-0.250 [") and compositional == "–"
 
 
 def test_methods_are_compared_on_the_questions_all_of_them_evaluated(report):
