@@ -49,8 +49,7 @@ class Snapshots:
             return False
         version, folder = newest
         if self.points and self.points[-1]["version"] == version:
-            self.points[-1].update(train_s=round(train_s, 1), phase=phase)  # the same weights, later
-            return True
+            return True  # the weights of the last point (e.g. the warm start's, before RL's first publish)
         target = self.into / f"t{int(train_s):05d}-v{version}"
         try:
             shutil.copytree(folder, target)
