@@ -440,7 +440,7 @@ def test_a_thinker_runs_after_the_arm_its_searcher_comes_from(qa, tmp_path, monk
     args = argparse.Namespace(
         root=str(tmp_path / "runs"), name="t", fresh=False, again=False, train_s=1.0, warm_steps=1, limit=0,
         seeds=[0, 1], searcher="coda-sft", datasets=["2wiki"], methods=["thinker-searcher", "zero-shot", "coda-sft"],
-        set=[],
+        set=[], curve=False,
     )  # fmt: skip
     qa.Bench(args).run()
     # Seed 1 runs the arms in reverse order (the machine's speed drifts over a day), the thinker still last.
