@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from shared.learning_signal import RoleMode, flat
+
 if TYPE_CHECKING:
     from shared.protocol.trajectory import TrajectoryGroup
 
 Estimator = Literal["grpo", "dr_grpo", "rloo"]
 StdKind = Literal["unbiased", "population"]
-RoleMode = Literal["inherit", "per_role", "pooled"]
 
 
 @dataclass
@@ -88,7 +89,7 @@ def group_advantages(
         values = r[rows]
         if len(rows) < 2:
             result.singleton.append(key)
-        elif np.all(values == values[0]):
+        elif flat(values.tolist()):  # the one definition of "no signal", shared with the rollout
             result.zero_variance.append(key)
             continue  # exactly 0 (the mean of equal floats may be off by an ulp): the trainer skips such rows
         out[rows] = normalise_group(values, estimator, std, eps)
