@@ -57,6 +57,8 @@ class Runtime:
         # First of all: a rollout whose pipeline contract differs from the trainer's must not start.
         await asyncio.to_thread(announce, client, s.contract(), "rollout")
         records = s.records()
+        # Built first: a choice_weight that leaves no prompts is refused before anything else starts.
+        prompts = PromptQueue(records, seed=s.seed, epochs=s.epochs, choice_weight=s.choice_weight)
         ctx = await self._stack.enter_async_context(agent_context(s, tok=self.tok))
         accepted = int(await asyncio.to_thread(client.get, s.published_key) or 0)
         self.admission = admission = self._admission(accepted)
@@ -87,7 +89,7 @@ class Runtime:
             admission=admission,
             metrics=self.metrics,
             embed=make_embedder(s.embedder),
-            prompts=PromptQueue(records, seed=s.seed, epochs=s.epochs),
+            prompts=prompts,
             fleet=runner,
         )
         # The order /health lists them in: the weights, the producer, the fleet.
@@ -98,6 +100,9 @@ class Runtime:
             extra={
                 "agent": s.agent,
                 "prompts": len(records),
+                "choice_prompts": len(prompts.choices),
+                "choice_weight": s.choice_weight,
+                "drop_flat_groups": s.drop_flat_groups,
                 "version": ctx.policy.state.version,
                 "accepted": accepted,
             },

@@ -145,6 +145,15 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     eval_fraction: float = Field(0.1, ge=0, le=1, description="Share of prompt ids held out by split=eval")
     seed: int = Field(0, description="Shuffle seed of the prompt order")
     epochs: int | None = Field(None, ge=1, description="Passes over the prompts (null: cycle forever)")
+    choice_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of the choice questions (yes/no, or the answer named in the question: "
+        "recipes.question_kinds) kept in each epoch's training order; every open question is kept. A choice is "
+        "half-won by a coin flip, so its reward teaches guessing more than reading; 1: all (the order as before), "
+        "0: none (refused if that leaves no prompt). Seeded by seed",
+    )
 
     # ------------------------------------------------------------ sampling and admission
     n_samples: int = Field(4, ge=1, description="Episodes per prompt (the GRPO group size)")
@@ -154,6 +163,13 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
         "process", description="process: this rollout alone; redis: shared by every rollout replica"
     )
     max_running_groups: int = Field(64, ge=1, description="Groups in flight at once (concurrency cap)")
+    drop_flat_groups: bool = Field(
+        False,
+        description="Dynamic sampling (DAPO): a scored group without learning signal (all its samples, of every role, "
+        "got the same reward: the trainer's advantage is 0 whatever its role_baseline; shared.learning_signal) is not published; its "
+        "admission slot goes to a new prompt at once, so each training step gets groups that teach (counted: "
+        "groups_total{outcome=no_signal}). Costs rollout time, and those groups' KL/entropy terms",
+    )
     max_prompt_failures: int = Field(
         3,
         ge=1,

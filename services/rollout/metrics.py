@@ -18,7 +18,13 @@ class RolloutMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry or CollectorRegistry()
         self.episodes = Counter("coda_rollout_episodes_total", "Episodes finished", ["recipe"], registry=r)
-        self.groups = Counter("coda_rollout_groups_total", "Groups by outcome", ["outcome"], registry=r)
+        self.groups = Counter(
+            "coda_rollout_groups_total",
+            "Groups by outcome: published; failed; dropped (its prompt given up after repeated failures); "
+            "no_signal (scored but not published under drop_flat_groups: all its rewards were equal)",
+            ["outcome"],
+            registry=r,
+        )
         self.failures = Counter("coda_rollout_failures_total", "Failed groups by cause", ["cause"], registry=r)
         self.episode_seconds = Histogram(
             "coda_rollout_episode_seconds", "Episode wall time", buckets=LATENCY_BUCKETS, registry=r

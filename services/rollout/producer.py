@@ -24,6 +24,7 @@ import redis
 
 from recipes.core.context import AgentContext, Episode
 from recipes.datasets import PromptRecord
+from recipes.question_kinds import question_kind
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
@@ -31,6 +32,7 @@ from services.rollout.fleet_runner import FleetRunner
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import Scorer, build_group
+from shared.learning_signal import has_signal
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
 from shared.retry import Failure, classify
@@ -40,27 +42,60 @@ from shared.stream import StreamQueue
 log = get_logger(__name__)
 
 
-class PromptQueue:
-    """Prompts in a seeded shuffled order, epoch after epoch; failed prompts are re-queued first."""
+def group_has_signal(group: TrajectoryGroup) -> bool:
+    """Whether the trainer would learn from ``group``. The rollout does not know the trainer's ``role_baseline``
+    (inherit / per_role / pooled), so it asks whether ANY of them gives some sample a nonzero advantage
+    (``has_signal`` with no mode): the conservative choice, which never drops a group the trainer would learn
+    from under the mode it runs (a per-role trainer learns from a group whose planners tie but whose executors
+    do not; a pooled one from planners all 1 and executors all 0). It drops exactly the groups whose rewards
+    are all equal, which no mode learns from."""
+    return has_signal([s.reward for s in group.samples], [s.role for s in group.samples])
 
-    def __init__(self, records: list[PromptRecord], *, seed: int = 0, epochs: int | None = None) -> None:
+
+class PromptQueue:
+    """Prompts in a seeded shuffled order, epoch after epoch; failed prompts are re-queued first.
+
+    ``choice_weight`` < 1 keeps each epoch every open question but each choice question (``recipes.question_kinds``)
+    only with that probability, drawn by a generator of its own (seeded from ``seed``: runs reproduce, and the
+    shuffle's draws are those of ``choice_weight`` = 1, whose order is the same as without it)."""
+
+    def __init__(
+        self, records: list[PromptRecord], *, seed: int = 0, epochs: int | None = None, choice_weight: float = 1.0
+    ) -> None:
         if not records:
             raise ValueError("the dataset has no prompts")
+        if not 0 <= choice_weight <= 1:
+            raise ValueError(f"choice_weight must be within [0, 1], not {choice_weight}")
         self.records, self.rng, self.epochs = list(records), random.Random(seed), epochs
+        self.choice_weight, self.choice_rng = choice_weight, random.Random(f"choice_weight:{seed}")
+        self.choices = {r.prompt_id for r in self.records if question_kind(r.question, r.golden_answers) == "choice"}
+        if choice_weight == 0 and all(r.prompt_id in self.choices for r in self.records):
+            raise ValueError(
+                f"choice_weight=0 leaves no prompts: all {len(self.records)} are choice questions "
+                "(yes/no, or the answer named in the question; recipes.question_kinds)"
+            )
         self.epoch = 0
         self.pending: deque[PromptRecord] = deque()
         self.retry: deque[PromptRecord] = deque()
         self.attempts: Counter[str] = Counter()
 
+    def _order(self) -> list[PromptRecord]:
+        """One epoch's prompts: all of them shuffled, then the choice questions thinned to ``choice_weight``."""
+        order = list(self.records)
+        self.rng.shuffle(order)
+        if self.choice_weight < 1:
+            order = [
+                r for r in order if r.prompt_id not in self.choices or self.choice_rng.random() < self.choice_weight
+            ]
+        return order
+
     def next(self) -> PromptRecord | None:
         if self.retry:
             return self.retry.popleft()
-        if not self.pending:
+        while not self.pending:  # an epoch of choice questions only may keep none of them: draw the next
             if self.epochs is not None and self.epoch >= self.epochs:
                 return None
-            order = list(self.records)
-            self.rng.shuffle(order)
-            self.pending.extend(order)
+            self.pending.extend(self._order())
             self.epoch += 1
         return self.pending.popleft()
 
@@ -91,6 +126,7 @@ class Stats:
     failed: int = 0
     dropped: int = 0
     episodes: int = 0
+    no_signal: int = 0  # scored groups not published under drop_flat_groups: all their rewards were equal
 
 
 class Producer:
@@ -200,6 +236,9 @@ class Producer:
                     version,
                     {"admission_wait_s": wait_s, "group_s": time.perf_counter() - start},
                 )
+                if self.s.drop_flat_groups and not group_has_signal(group):
+                    self._no_signal(record, group)
+                    return  # not published: the slot is freed below and the loop admits a new prompt at once
                 await asyncio.to_thread(self._publish, group)
             except Exception as exc:  # a reward bug or Redis down: count it, keep the prompt, keep running
                 self._failed(record, exc, start)
@@ -238,6 +277,18 @@ class Producer:
         self.metrics.tokens.labels("context").inc(sum(len(s.token_ids) for s in group.samples) - trained)
         self.metrics.staleness.observe(group_staleness(group, self.version))
         self.metrics.version.labels("rollout").set(self.version)
+
+    def _no_signal(self, record: PromptRecord, group: TrajectoryGroup) -> None:
+        """Dynamic sampling: a group the trainer learns nothing from is dropped. The prompt did nothing wrong
+        (its episodes ran): it is neither re-queued nor blamed, and comes again in its next epoch."""
+        self.prompts.succeeded(record)
+        self.gate.ok()
+        self.stats.no_signal += 1
+        self.metrics.groups.labels("no_signal").inc()
+        log.debug(
+            "group without learning signal not published",
+            extra={"prompt_id": record.prompt_id, "reward": group.samples[0].reward if group.samples else None},
+        )
 
     def _failed(self, record: PromptRecord, exc: BaseException, started: float) -> None:
         failure = self._classify(exc)  # typed; its label is the metric's cause
@@ -281,6 +332,7 @@ class Producer:
             "published": self.stats.published,
             "failed": self.stats.failed,
             "dropped": self.stats.dropped,
+            "no_signal": self.stats.no_signal,  # not published (drop_flat_groups): all rewards equal
             "episodes": self.stats.episodes,
             "failures_by_cause": dict(self.failures),
             "blamed_failures_by_cause": dict(self.blamed),  # counted against their prompts: not outages
