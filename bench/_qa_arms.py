@@ -49,6 +49,18 @@ ARMS = {
         {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
     ),
     "thinker-searcher": Arm("(h) Thinker + frozen searcher, GRPO + RED", "thinker", "rl"),
+    # Rejection-sampling fine-tuning: the same warm start, then the policy's own correct samples as its
+    # demonstrations (advantage 1 where the reward reaches the threshold, else 0): the arm RL must beat.
+    "rft": Arm(
+        "(i) flat, warm start + rejection-sampling fine-tuning", training="rl", env={"CODA_TRAINER_ADVANTAGE": "rft"}
+    ),
+    "coda-rft": Arm(
+        "(j) CoDA, warm start + rejection-sampling fine-tuning",
+        "coda",
+        "rl",
+        # per-role rewards are 6*F1 - 3 + shaping: 0 is F1 ~0.5, as the flat arm's 0.5
+        {"CODA_TRAINER_ADVANTAGE": "rft", "CODA_TRAINER_RFT_THRESHOLD": "0"},
+    ),
 }
 METHODS = {name: arm.label for name, arm in ARMS.items()}
 TRAINED = tuple(name for name, arm in ARMS.items() if arm.training)

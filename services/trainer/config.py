@@ -86,7 +86,17 @@ class TrainerSettings(ServiceSettings):
     read_block_ms: int = Field(1000, ge=1, description="How long one stream read waits for new groups")
 
     # ---------------------------------------------------------------- loss
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group-relative advantage estimator")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "rft"] = Field(
+        "grpo",
+        description="Group-relative advantage estimator; rft: rejection-sampling fine-tuning, advantage 1 on the "
+        "samples whose reward reaches rft_threshold and 0 elsewhere (the policy's own correct samples as "
+        "demonstrations: the arm RL must beat)",
+    )
+    rft_threshold: float = Field(
+        0.5,
+        description="advantage = rft: the reward from which a sample counts as correct (0.5: F1 >= 0.5 under the "
+        "search agents' F1 reward; CoDA's per-role rewards are 6*F1 - 3 + shaping, where 0 means F1 ~0.5)",
+    )
     role_baseline: Literal["inherit", "per_role", "pooled"] = Field(
         "inherit", description="Executors inherit the planner advantage, get their own baseline, or share one"
     )

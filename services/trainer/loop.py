@@ -212,7 +212,9 @@ class Trainer:
         s, st = self.s, self.state
         start = time.perf_counter()
         groups = [e.message for e in entries]
-        adv, adv_result = trajectory_advantages(groups, mode=s.role_baseline, estimator=s.advantage)
+        adv, adv_result = trajectory_advantages(
+            groups, mode=s.role_baseline, estimator=s.advantage, threshold=s.rft_threshold
+        )
         seqs, dropped = to_sequences(groups, adv, st.version, s.max_staleness, s.stale_policy)
         skipped, norm = 0, None
         if s.zero_advantage != "train" and s.kl_coef == 0 and s.entropy_coef == 0:

@@ -9,6 +9,9 @@ Estimators, for a group g with rewards R_1..R_G:
   grpo:    A_i = (R_i − mean_g) / (std_g + ε)   (std unbiased (Bessel, as Search-R1 and CoDA) or population)
   dr_grpo: A_i = R_i − mean_g                   (no std: no difficulty re-weighting)
   rloo:    A_i = R_i − mean_{j≠i} R_j = G/(G−1) · (R_i − mean_g)
+  rft:     A_i = 1 if R_i ≥ threshold else 0        (rejection-sampling fine-tuning: on-policy, with the
+           ratio at 1, the loss is the NLL of the policy's own correct samples; no baseline, so a group
+           all right still teaches, and one all wrong does not)
 A group of one row has no baseline: its advantage is 0 and it is reported as degenerate.
 
 Roles (hierarchical agents; executors carry ``parent_id`` = their planner's ``sample_id``):
@@ -31,7 +34,7 @@ from shared.learning_signal import RoleMode, flat
 if TYPE_CHECKING:
     from shared.protocol.trajectory import TrajectoryGroup
 
-Estimator = Literal["grpo", "dr_grpo", "rloo"]
+Estimator = Literal["grpo", "dr_grpo", "rloo", "rft"]
 StdKind = Literal["unbiased", "population"]
 
 
@@ -50,10 +53,16 @@ class AdvantageResult:
 
 
 def normalise_group(
-    rewards: np.ndarray, estimator: Estimator = "grpo", std: StdKind = "unbiased", eps: float = 1e-6
+    rewards: np.ndarray,
+    estimator: Estimator = "grpo",
+    std: StdKind = "unbiased",
+    eps: float = 1e-6,
+    threshold: float = 0.5,
 ) -> np.ndarray:
-    """Advantages of ONE group's rewards (see the module docstring for the formulas)."""
+    """Advantages of ONE group's rewards (see the module docstring for the formulas; ``threshold``: rft's)."""
     r = np.asarray(rewards, dtype=np.float64)
+    if estimator == "rft":
+        return (r >= threshold).astype(np.float64)
     n = r.shape[0]
     if n < 2:
         return np.zeros_like(r)
@@ -75,8 +84,10 @@ def group_advantages(
     estimator: Estimator = "grpo",
     std: StdKind = "unbiased",
     eps: float = 1e-6,
+    threshold: float = 0.5,
 ) -> AdvantageResult:
-    """Advantages with one baseline per distinct key (rows need not be contiguous)."""
+    """Advantages with one baseline per distinct key (rows need not be contiguous). Under ``rft`` a key
+    without a correct row is the one with no signal (``zero_variance``), whatever its spread."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.shape[0] != len(keys):
         raise ValueError(f"{r.shape[0]} rewards for {len(keys)} group keys")
@@ -87,6 +98,11 @@ def group_advantages(
         index.setdefault(k, []).append(i)
     for key, rows in index.items():
         values = r[rows]
+        if estimator == "rft":
+            out[rows] = normalise_group(values, estimator, threshold=threshold)
+            if not out[rows].any():
+                result.zero_variance.append(key)
+            continue
         if len(rows) < 2:
             result.singleton.append(key)
         elif flat(values.tolist()):  # the one definition of "no signal", shared with the rollout
@@ -106,6 +122,7 @@ def role_advantages(
     estimator: Estimator = "grpo",
     std: StdKind = "unbiased",
     eps: float = 1e-6,
+    threshold: float = 0.5,
 ) -> AdvantageResult:
     """Advantages for rows of several roles, with the role ``mode`` from the module docstring.
 
@@ -116,15 +133,14 @@ def role_advantages(
     if not (len(group_ids) == len(roles) == len(sample_ids) == len(parent_ids) == n):
         raise ValueError("rewards, group_ids, roles, sample_ids and parent_ids must have the same length")
     if mode == "pooled":
-        return group_advantages(rewards, group_ids, estimator, std, eps)
+        return group_advantages(rewards, group_ids, estimator, std, eps, threshold)
     if mode == "per_role":
-        return group_advantages(
-            rewards, [f"{g}/{r}" for g, r in zip(group_ids, roles, strict=True)], estimator, std, eps
-        )
+        keys = [f"{g}/{r}" for g, r in zip(group_ids, roles, strict=True)]
+        return group_advantages(rewards, keys, estimator, std, eps, threshold)
     if mode != "inherit":
         raise ValueError(f"unknown role mode {mode!r}")
     top = [i for i in range(n) if roles[i] != "executor"]
-    sub = group_advantages([rewards[i] for i in top], [group_ids[i] for i in top], estimator, std, eps)
+    sub = group_advantages([rewards[i] for i in top], [group_ids[i] for i in top], estimator, std, eps, threshold)
     out = np.zeros(n, dtype=np.float64)
     out[top] = sub.advantages
     by_id = {sample_ids[i]: out[i] for i in top}
@@ -143,6 +159,7 @@ def trajectory_advantages(
     estimator: Estimator = "grpo",
     std: StdKind = "unbiased",
     eps: float = 1e-6,
+    threshold: float = 0.5,
 ) -> tuple[dict[str, float], AdvantageResult]:
     """``role_advantages`` over every sample of ``groups``: ``({sample_id: advantage}, result)``.
 
@@ -159,5 +176,6 @@ def trajectory_advantages(
         estimator,
         std,
         eps,
+        threshold,
     )
     return {f"{g}/{s.sample_id}": float(a) for (g, s), a in zip(rows, result.advantages, strict=True)}, result

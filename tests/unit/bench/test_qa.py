@@ -393,6 +393,13 @@ def test_every_arm_has_its_recipe_training_and_environment(qa):
             {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
         ),
         "thinker-searcher": ("smol-thinker-2wiki", "thinker-searcher", "rl", {}),
+        "rft": ("smol-2wiki", "search-r1", "rl", {"CODA_TRAINER_ADVANTAGE": "rft"}),
+        "coda-rft": (
+            "smol-coda-2wiki",
+            "coda",
+            "rl",
+            {"CODA_TRAINER_ADVANTAGE": "rft", "CODA_TRAINER_RFT_THRESHOLD": "0"},
+        ),
     }
     assert list(qa.ARMS) == list(expected) == list(qa.METHODS)
     for name, (stem, agent, training, env) in expected.items():

@@ -30,6 +30,26 @@ def test_dr_grpo_and_rloo_hand_computed():
     assert normalise_group(r, "rloo") == pytest.approx([-3, -1.5, 4.5])
 
 
+def test_rft_is_one_on_the_correct_samples_without_a_baseline():
+    # threshold 0.5: 0.5 and 1.0 count as correct, 0.49 does not; a group all right still teaches
+    assert normalise_group(np.array([0.0, 0.5, 1.0, 0.49]), "rft", threshold=0.5) == pytest.approx([0, 1, 1, 0])
+    res = group_advantages([1.0, 1.0, 0.2, 0.0, -3.0, 3.0], ["a", "a", "b", "b", "c", "c"], "rft", threshold=0.5)
+    assert res.advantages == pytest.approx([1, 1, 0, 0, 0, 1])
+    assert res.zero_variance == ["b"]  # no correct sample: no signal; "a" (all right) is not flat under rft
+    # per role, CoDA-style rewards (6*F1 - 3 + shaping) with threshold 0: the planner and one executor right
+    per_role = role_advantages(
+        [0.4, -2.9, 1.1, -3.0],
+        ["g", "g", "g", "g"],
+        ["planner", "planner", "executor", "executor"],
+        ["p0", "p1", "e0", "e1"],
+        [None, None, "p0", "p1"],
+        mode="per_role",
+        estimator="rft",
+        threshold=0.0,
+    )
+    assert per_role.advantages == pytest.approx([1, 0, 1, 0])
+
+
 def test_groups_keyed_by_id_not_position():
     res = group_advantages([1, 5, 0, 5], ["g1", "g2", "g1", "g2"], eps=0.0)
     assert res.advantages[[0, 2]] == pytest.approx([2**-0.5, -(2**-0.5)])
