@@ -209,6 +209,27 @@ async def test_a_two_search_demonstration_is_the_rollout_that_writes_it_and_scor
 
 
 # ---------------------------------------------------------------- CoDA: a delegation per hop
+# What each planner demonstration writes, by hand: a bridge's hops one per turn (hop 2 names hop 1's result), a
+# comparison's two independent facts in one <task> block, one per line, answered in one turn of two <result>s.
+PLANNER_TURNS = {
+    "d": (
+        [
+            "<task> Who is the director of film Red Kite? </task>",
+            "<task> Where was Tomas Vale born? </task>",
+            "<answer> Lisbon </answer>",
+        ],
+        ["\n<result>Tomas Vale</result>\n", "\n<result>Lisbon</result>\n"],
+    ),
+    "c": (
+        [
+            "<task> When was Red Kite released?\nWhen was Blue Heron released? </task>",
+            "<answer> Blue Heron </answer>",
+        ],
+        ["\n<result>1961</result>\n\n<result>1950</result>\n"],
+    ),
+}
+
+
 @pytest.mark.parametrize("row", [COMPOSITIONAL, COMPARISON], ids=["compositional", "comparison"])
 async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_does(tok, row):
     demos = build([row], tok, Retriever(FOUND), topk=2, fmt="coda", style=Style(think=False), hops="supporting")
@@ -216,12 +237,9 @@ async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_doe
     tasks = [t.task for t in plan(row).tasks]
     assert [d["role"] for d in demos] == ["executor", "executor", "planner"] and planner["queries"] == tasks
     answers = [e["answer"] for e in executors]
-    assert trained_turns(tok, planner) == [
-        f"<task> {tasks[0]} </task>",
-        f"<task> {tasks[1]} </task>",
-        f"<answer> {row['golden_answers'][0]} </answer>",
-    ]
-    assert observations(tok, planner) == [f"\n<result>{a}</result>\n" for a in answers]
+    written, results = PLANNER_TURNS[row["id"]]
+    assert trained_turns(tok, planner) == written
+    assert observations(tok, planner) == results
     for executor, task, answer in zip(executors, tasks, answers, strict=True):
         search, refine = trained_turns(tok, executor)
         assert search == f"<search> {task} </search>" and refine.endswith(f"<answer> {answer} </answer>")
@@ -230,8 +248,8 @@ async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_doe
     by_task = {t: trained_turns(tok, e) for t, e in zip(tasks, executors, strict=True)}
 
     def script(prompt: str) -> str:
-        if PLANNER_SYSTEM[:40] in prompt:
-            return trained_turns(tok, planner)[prompt.count("</result>\n")]
+        if PLANNER_SYSTEM[:40] in prompt:  # the turns it has written so far: its </task>s past the instructions
+            return trained_turns(tok, planner)[prompt.count("</task>") - PLANNER_SYSTEM.count("</task>")]
         task = next(t for t in tasks if f"Question: {t}" in prompt)
         return by_task[task][prompt.count("</documents>\n")]
 
