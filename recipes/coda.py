@@ -38,7 +38,7 @@ that knows what each hop asks (2Wiki's evidence triples, ``--hops supporting``) 
 sub-question per hop, the plan's turns (``HopPlan.turns``: a bridge's hops one per turn, a comparison's two facts in
 one turn, a bridge_comparison's four as two turns of two), each to its own executor whose documents hold that hop's
 expected result; the final answer of a bridge is its last executor's answer, word for word. A question the data
-splits is never taught as a restated task, nor is a 2Wiki comparison whose row has no triples to split it with.
+splits is never taught as a restated task, nor is a 2Wiki question whose row has no triples to split it with.
 Otherwise (HotpotQA: no triples at all) the question is delegated whole.
 """
 
@@ -347,17 +347,13 @@ def _delegations(w: Writer, q: Question) -> list[dict]:
     return [*out, q.record("planner", planner, final, searches)]
 
 
-def _unsplit_comparison(q: Question) -> bool:
-    """A 2Wiki comparison whose row has no triples to split it with: 2Wiki splits its other comparisons, so
-    delegating this one whole would teach a restating task where the planner should split (HotpotQA's rows
-    have no triples at all: the question delegated whole is all its planner can be shown)."""
+def _unsplit_2wiki(q: Question) -> bool:
+    """A 2Wiki question whose row has no triples to split it with (217 of the 999 training rows are comparisons
+    or bridge_comparisons, 11 bridges): 2Wiki splits its other questions, so delegating this one whole would
+    teach a restating task where the planner should split. HotpotQA's rows have no triples at all: the question
+    delegated whole is all its planner can be shown."""
     meta = q.row.get("metadata") or {}
-    return (
-        q.plan is not None
-        and not q.plan.tasks
-        and q.plan.kind in ("comparison", "bridge_comparison")
-        and meta.get("dataset") == "2wikimultihopqa"
-    )
+    return q.plan is not None and not q.plan.tasks and meta.get("dataset") == "2wikimultihopqa"
 
 
 def write_demonstrations(w: Writer, q: Question) -> Written:
@@ -373,7 +369,7 @@ def write_demonstrations(w: Writer, q: Question) -> Written:
         return Written([], ("unsupported",))
     gold = q.golds[0]
     executor = q.record("executor", executor_demonstration(w.tok, search.query, search, gold, w.style), gold, [search])
-    if _unsplit_comparison(q):
+    if _unsplit_2wiki(q):
         # No restating planner; the executor still teaches searching and answering from the documents.
         return Written([executor], ("dropped",))
     planner = planner_demonstration(w.tok, q.text, [[(search.query, gold)]], gold, w.style)
