@@ -1,13 +1,21 @@
 """CoDA: a Planner delegates sub-questions to ephemeral Executors; one model plays both roles, both are trained
 (``red-coda`` is the same agent: RED changes only the trainer's SFT weighting).
 
-- Planner: writes ``<think>``, ``<task>`` (delegate) or ``<answer>``; receives ``<result>``.
+- Planner: writes ``<think>``, ``<task>`` (delegate) or ``<answer>``; receives ``<result>``. A ``<task>`` block
+  holds one sub-question per line (``recipes.prompts.TASK_LINE_SEPARATOR``): the lines of one block are
+  independent sub-questions, run in parallel, one ``<result>`` block each, in order. A turn ends at its first
+  ``</task>``, so a turn delegates one block.
 - Executor: a fresh context per task (its system prompt + the task, nothing of the planner's history);
   writes ``<think>``, ``<search>``, ``<refine>``, ``<answer>``; receives ``<documents>``.
 - Only the executor's ``<answer>`` text returns to the planner, as ``<result>``; an executor that runs out
   of turns without answering returns an empty result (as upstream CoDA does).
 - Each executor is its own sample, ``parent_id`` = its planner's sample id.
 - All tasks of one planner turn run concurrently.
+- A planner's episode runs as many executors as it needs and no more: a task that repeats an earlier task of the
+  episode (the same normalised text) gets that task's answer again, and a task that restates the whole question
+  (``recipes.rewards.peco.restates``) once an executor has answered gets the latest answer, each without a new
+  executor (a warm-started planner with turns to spare delegated its last task again and again). The reward
+  still counts such tasks against the planner (``repeated``, ``restated``).
 
 Reward (``reward_mode``): ``per_role`` (the default, ``recipes.rewards.peco``) judges each role by what it
 controls, reading the question's hop plan (``recipes.plans.plan_for_record``; none held out): each executor by
@@ -27,8 +35,11 @@ Demonstrations (make-sft's ``coda`` format): per question, the executor's (``<se
 (``<task>`` → ``<result>`` with the executor's answer (mask 0) → ``<answer>``), so co-training teaches the
 format the CoDA loop runs (upstream CoDA's SFT data never used ``<task>``; ``docs/upstream.md``). With a hop plan
 that knows what each hop asks (2Wiki's evidence triples, ``--hops supporting``) the planner delegates one
-sub-question per hop, one per turn, each to its own executor whose documents hold that hop's expected result; a
-question the data splits is never taught as a restated task. Otherwise the question is delegated whole.
+sub-question per hop, the plan's turns (``HopPlan.turns``: a bridge's hops one per turn, a comparison's two facts in
+one turn, a bridge_comparison's four as two turns of two), each to its own executor whose documents hold that hop's
+expected result; the final answer of a bridge is its last executor's answer, word for word. A question the data
+splits is never taught as a restated task, nor is a 2Wiki question whose row has no triples to split it with.
+Otherwise (HotpotQA: no triples at all) the question is delegated whole.
 """
 
 from __future__ import annotations
@@ -49,9 +60,16 @@ from recipes.core.trajectory import TokenTrajectory
 from recipes.core.turns import Action, Observation, RoleSpec, run_turns
 from recipes.datasets import PromptRecord
 from recipes.plans import HopPlan, plan_for_record
-from recipes.prompts import INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION, executor_messages, planner_messages
+from recipes.prompts import (
+    INVALID_PLANNER_ACTION,
+    INVALID_SEARCH_ACTION,
+    OBSERVATION_WRAP,
+    TASK_LINE_SEPARATOR,
+    executor_messages,
+    planner_messages,
+)
 from recipes.rewards.formulas import ExecutorRun, coda_reward
-from recipes.rewards.peco import RESTATES, ExecutorTurns, peco_reward
+from recipes.rewards.peco import RESTATES, ExecutorTurns, peco_reward, restates
 
 
 class CoDAParams(AgentParams):
@@ -81,10 +99,36 @@ class CoDAParams(AgentParams):
 
 @dataclass(frozen=True)
 class CodaFacts:
-    """The planner's delegations: each task and the answer its executor returned ('' for none), in order."""
+    """The planner's delegations: each task and the answer it got back ('' for none), in order; ``executed``: whether
+    the task ran its own executor (the episode's children, in order, are those that did), () = every one did. A
+    task that did not got an earlier executor's answer (``run_coda``)."""
 
     tasks: tuple[str, ...] = ()
     executor_answers: tuple[str, ...] = ()
+    executed: tuple[bool, ...] = ()
+
+    def executed_tasks(self) -> list[tuple[str, str]]:
+        """``(task, answer)`` of each task that ran its own executor, in spawn order."""
+        ran = self.executed or (True,) * len(self.tasks)
+        return [(t, a) for t, a, r in zip(self.tasks, self.executor_answers, ran, strict=True) if r]
+
+
+def split_tasks(content: str) -> list[str]:
+    """The sub-questions of one ``<task>`` block: one per line, blank lines left out (a block with none is one
+    empty task, as before the lines were split)."""
+    return [line.strip() for line in content.split(TASK_LINE_SEPARATOR) if line.strip()] or [content.strip()]
+
+
+def known_answer(task: str, question: str, asked: dict[str, str], latest: str) -> str | None:
+    """What the episode already knows for ``task``: the answer of an earlier task with the same normalised text,
+    else, for a task that restates the whole ``question``, the ``latest`` executor answer ('': none yet); None
+    when the task needs an executor of its own."""
+    key = normalize_answer(task)
+    if key in asked:
+        return asked[key]
+    if latest and restates(task, question):
+        return latest
+    return None
 
 
 @dataclass(frozen=True)
@@ -122,17 +166,30 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
     planner = TokenTrajectory(ctx.tok.render(planner_messages(record.question)), role="planner")
     episode = Episode(main=planner)
     tasks: list[str] = []
+    answers: list[str] = []
+    executed: list[bool] = []
     executors: list[ExecutorResult] = []
+    asked: dict[str, str] = {}  # normalised task -> the answer it got
 
     async def act(actions: list[Action]) -> Observation:
-        turn = [a.content for a in actions]
-        runs = await asyncio.gather(*(run_executor(ctx, t, planner.sample_id) for t in turn))
-        tasks.extend(turn)
+        turn = [t for a in actions for t in split_tasks(a.content)]
+        # What the earlier turns know is settled before this turn runs; a task asked twice in one turn runs once.
+        latest = next((a for a in reversed(answers) if a.strip()), "")
+        known = [known_answer(t, record.question, asked, latest) for t in turn]
+        keys = [normalize_answer(t) for t in turn]
+        new = [i for i, k in enumerate(known) if k is None and keys[i] not in keys[:i]]
+        runs = await asyncio.gather(*(run_executor(ctx, turn[i], planner.sample_id) for i in new))
         executors.extend(runs)
         episode.children.extend(r.traj for r in runs)
-        results = [r.answer.strip() for r in runs]
-        # Several tasks in one turn: one <result> block each, in task order.
-        before, after = Observation.wrapped("result", "").before, Observation.wrapped("result", "").after
+        ran = {keys[i]: r.answer for i, r in zip(new, runs, strict=True)}
+        for i, task in enumerate(turn):
+            tasks.append(task)
+            answers.append(known[i] if known[i] is not None else ran[keys[i]])
+            executed.append(i in new)
+            asked.setdefault(keys[i], answers[-1])
+        results = [a.strip() for a in answers[len(answers) - len(turn) :]]
+        # Several tasks in one turn: one <result> block each, in task order (planner_demonstration writes the same).
+        before, after = OBSERVATION_WRAP["result"]
         return Observation(content=(after + before).join(results), before=before, after=after, tag="result")
 
     spec = RoleSpec(
@@ -149,7 +206,7 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
     episode.search = SearchTrace.of(
         [q for r in executors for q in r.queries], [ids for r in executors for ids in r.retrieved]
     )
-    episode.facts = CodaFacts(tuple(tasks), tuple(r.answer for r in executors))
+    episode.facts = CodaFacts(tuple(tasks), tuple(answers), tuple(executed))
     return episode
 
 
@@ -175,14 +232,20 @@ def per_role_reward(episode: Episode, scoring: Scoring, params: CoDAParams) -> R
     plan = plan_for_record(record)
     facts = episode.facts if isinstance(episode.facts, CodaFacts) else None
     n = len(episode.children)
-    # Facts are written by run_coda, one task and answer per executor in spawn order; an episode assembled
-    # elsewhere (a test, a replay) may have none: its executors then have no task and no answer to score.
-    tasks, answers = (facts.tasks, facts.executor_answers) if facts is not None else (("",) * n, ("",) * n)
-    if not len(tasks) == len(answers) == n:
-        raise ValueError(f"CoDA facts hold {len(tasks)} tasks and {len(answers)} answers for {n} executors")
+    # Facts are written by run_coda, every task with the answer it got and whether it ran an executor; an episode
+    # assembled elsewhere (a test, a replay) may have none: its executors then have no task and no answer to score.
+    if facts is None:
+        facts = CodaFacts(("",) * n, ("",) * n)
+    tasks, answers = facts.tasks, facts.executor_answers
+    if len(tasks) != len(answers) or len(facts.executed) not in (0, len(tasks)):
+        raise ValueError(f"CoDA facts hold {len(tasks)} tasks, {len(answers)} answers, {len(facts.executed)} flags")
+    spawned = facts.executed_tasks()
+    if len(spawned) != n:
+        m = len(spawned)  # the tasks that ran an executor of their own
+        raise ValueError(f"CoDA facts hold {m} tasks and {m} answers for {n} executors")
     executors = [
         ExecutorTurns(c.sample_id, task, answer, c.generated_text, c.observations("documents"))
-        for c, task, answer in zip(episode.children, tasks, answers, strict=True)
+        for c, (task, answer) in zip(episode.children, spawned, strict=True)
     ]
     return peco_reward(
         episode.answer,
@@ -191,6 +254,8 @@ def per_role_reward(episode: Episode, scoring: Scoring, params: CoDAParams) -> R
         record.question,
         record.golden_answers,
         plan.tasks if plan is not None else (),
+        tasks=tasks,
+        executor_answers=answers,
         metric=scoring.metric,
         format_weight=params.format_weight,
         refine_weight=params.refine_weight,
@@ -205,6 +270,7 @@ THOUGHTS = {
     "delegate": "One fact settles this; I will ask for it.",
     "delegate first": "I will ask for the first fact.",
     "delegate next": "I will ask for the next fact.",
+    "delegate together": "These facts do not depend on each other; I will ask for them together.",
     "conclude": "The helper found the answer.",
 }
 
@@ -235,41 +301,59 @@ def executor_demonstration(tok, task: str, search: Search, answer: str, style: S
 
 
 def planner_demonstration(
-    tok, question: str, delegations: Sequence[tuple[str, str]], gold: str, style: Style = Style()
+    tok, question: str, turns: Sequence[Sequence[tuple[str, str]]], gold: str, style: Style = Style()
 ) -> Demo:
-    """A CoDA planner: each ``(task, its executor's answer)`` in its own turn (a rollout's turn ends at the first
-    ``</task>``), then the answer."""
+    """A CoDA planner: each turn's ``(task, its executor's answer)`` pairs in one ``<task>`` block, one task per line
+    (a rollout's turn ends at the first ``</task>``; ``split_tasks`` reads the lines back), its results as the
+    rollout returns them (one ``<result>`` block per task, in order), then the answer."""
     pieces = [(tok.render(planner_messages(question)), 0)]
-    for n, (task, result) in enumerate(delegations):
-        key = "delegate" if len(delegations) == 1 else "delegate first" if n == 0 else "delegate next"
-        pieces.append((tok.encode(f"{style.thought(THOUGHTS[key])}<task> {task} </task>"), 1))
-        pieces.append((style.observation(tok, "result", result)[0], 0))
+    before, after = OBSERVATION_WRAP["result"]
+    for n, turn in enumerate(turns):
+        if len(turn) > 1:
+            key = "delegate together"
+        else:
+            key = "delegate" if len(turns) == 1 else "delegate first" if n == 0 else "delegate next"
+        block = TASK_LINE_SEPARATOR.join(task for task, _ in turn)
+        pieces.append((tok.encode(f"{style.thought(THOUGHTS[key])}<task> {block} </task>"), 1))
+        pieces.append((style.observation(tok, "result", (after + before).join(r for _, r in turn))[0], 0))
     pieces.append((tok.encode(f"{style.thought(THOUGHTS['conclude'])}<answer> {gold} </answer>"), 1))
     return assemble(tok, pieces)
 
 
 def _delegations(w: Writer, q: Question) -> list[dict]:
     """An executor per sub-question whose documents hold its expected result (that result is its answer), then,
-    when every sub-question's did, the planner that delegated them one per turn and answers the question with the
-    last executor's answer (a gold answer or an alias of one): the planner learns to pass it on."""
-    out, delegations, searches = [], [], []
-    for sub in q.plan.tasks:
-        search = q.search(sub.task)
-        shown = f" {normalize_answer(w.style.observation(w.tok, 'documents', search.text)[1])} "
-        answer = next((a for a in sub.answers if normalize_answer(a) and f" {normalize_answer(a)} " in shown), None)
-        if answer is None:
-            continue
-        demo = executor_demonstration(w.tok, sub.task, search, answer, w.style)
-        out.append(q.record("executor", demo, answer, [search]))
-        delegations.append((sub.task, answer))
-        searches.append(search)
-    if len(delegations) < len(q.plan.tasks):
+    when every sub-question's did, the planner that delegated them turn by turn as the plan groups them
+    (``HopPlan.turns``) and answers. A bridge's final answer is its last executor's answer, word for word (hop 2
+    expects the golds, so it is a gold answer or an alias of one): the planner learns to pass on its last result,
+    never to answer with a task's text. A comparison's is the gold: it names the entity its facts point to."""
+    out, turns, searches = [], [], []
+    for group in q.plan.turns:
+        turn = []
+        for sub in group:
+            search = q.search(sub.task)
+            shown = f" {normalize_answer(w.style.observation(w.tok, 'documents', search.text)[1])} "
+            answer = next((a for a in sub.answers if normalize_answer(a) and f" {normalize_answer(a)} " in shown), None)
+            if answer is None:
+                continue
+            demo = executor_demonstration(w.tok, sub.task, search, answer, w.style)
+            out.append(q.record("executor", demo, answer, [search]))
+            turn.append((sub.task, answer))
+            searches.append(search)
+        turns.append(turn)
+    if sum(map(len, turns)) < len(q.plan.tasks):
         return out
-    last = delegations[-1][1]
-    golds = q.golds
-    final = last if q.plan.kind == "bridge" and normalize_answer(last) in map(normalize_answer, golds) else golds[0]
-    planner = planner_demonstration(w.tok, q.text, delegations, final, w.style)
+    final = turns[-1][-1][1] if q.plan.kind == "bridge" else q.golds[0]
+    planner = planner_demonstration(w.tok, q.text, turns, final, w.style)
     return [*out, q.record("planner", planner, final, searches)]
+
+
+def _unsplit_2wiki(q: Question) -> bool:
+    """A 2Wiki question whose row has no triples to split it with (217 of the 999 training rows are comparisons
+    or bridge_comparisons, 11 bridges): 2Wiki splits its other questions, so delegating this one whole would
+    teach a restating task where the planner should split. HotpotQA's rows have no triples at all: the question
+    delegated whole is all its planner can be shown."""
+    meta = q.row.get("metadata") or {}
+    return q.plan is not None and not q.plan.tasks and meta.get("dataset") == "2wikimultihopqa"
 
 
 def write_demonstrations(w: Writer, q: Question) -> Written:
@@ -284,10 +368,12 @@ def write_demonstrations(w: Writer, q: Question) -> Written:
     if search is None:
         return Written([], ("unsupported",))
     gold = q.golds[0]
-    executor = executor_demonstration(w.tok, search.query, search, gold, w.style)
-    planner = planner_demonstration(w.tok, q.text, [(search.query, gold)], gold, w.style)
-    records = [q.record("executor", executor, gold, [search]), q.record("planner", planner, gold, [search])]
-    return Written(records, ("restating",))
+    executor = q.record("executor", executor_demonstration(w.tok, search.query, search, gold, w.style), gold, [search])
+    if _unsplit_2wiki(q):
+        # No restating planner; the executor still teaches searching and answering from the documents.
+        return Written([executor], ("dropped",))
+    planner = planner_demonstration(w.tok, q.text, [[(search.query, gold)]], gold, w.style)
+    return Written([executor, q.record("planner", planner, gold, [search])], ("restating",))
 
 
 def _hop_queries(plan: HopPlan) -> list[str]:

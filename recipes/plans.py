@@ -13,17 +13,20 @@ The flat agent's two searches (``queries``):
 - **comparison**: one search per compared entity, both named by the question.
 - **bridge_comparison** (2Wiki, four titles): the question, then both bridge entities in one query.
 
-The planner's sub-questions (``tasks``), one per planner turn (a rollout's turn ends at the first ``</task>``):
+The planner's sub-questions (``tasks``), grouped into planner turns (``HopPlan.turns``): a turn's sub-questions
+do not depend on each other and share its one ``<task>`` block, one per line, run in parallel (a rollout's turn ends
+at the first ``</task>``); a later turn's build on an earlier turn's results:
 - **compositional**: a copy-edit of the question. The phrase that names the bridge ("the director of film The
   Half-Way Girl", "Sirikit's husband") becomes task 1 ("Who is the director of film The Half-Way Girl?"); task 2
   is the question with that phrase replaced by task 1's result ("Where was John Francis Dillon born?"). A small
-  model learns copying words far sooner than paraphrasing them into a relation's template.
+  model learns copying words far sooner than paraphrasing them into a relation's template. Two turns of one task.
 - **inference** (kinship): the relation split through ``KINSHIP`` (a paternal grandfather is the father's
   father, a mother-in-law the spouse's mother), or through the triples' own relations where a row has them.
 - **comparison**: the compared fact of each entity ("When was Red Kite released?"), its result the triple's value
-  (rows without triples: no tasks; their values would have to be read from the paragraphs).
+  (rows without triples: no tasks; their values would have to be read from the paragraphs). One turn of two tasks.
 - **bridge_comparison**: four tasks, two hops for each compared entity (its director, then the director's
-  compared fact), from the triples.
+  compared fact), from the triples: two turns of two tasks (both directors, then both compared facts), so a
+  planner needs no more turns for it than for a bridge (the recipes' ``max_turns = 3``: two turns, the answer).
 A row with no tasks gets no planner demonstration that splits it; make-sft then writes the one-task
 demonstration only for a question without a plan (HotpotQA's free-form bridges: the annotations do not say what
 links the hops, and cutting the question at a relative clause parsed 7 of 107).
@@ -123,7 +126,21 @@ class HopPlan:
     kind: str  # bridge | comparison | bridge_comparison
     queries: tuple[str, str]  # the flat agent's two searches, in order
     targets: tuple[tuple[str, ...], tuple[str, ...]]  # the supporting titles each search is for
-    tasks: tuple[SubQuestion, ...] = ()  # the planner's delegations, one per turn; () = none known
+    tasks: tuple[SubQuestion, ...] = ()  # the planner's delegations, in order; () = none known
+
+    @property
+    def turns(self) -> tuple[tuple[SubQuestion, ...], ...]:
+        """``tasks`` by planner turn: a bridge's hops one per turn (hop 2 asks about hop 1's result); a
+        comparison's two facts in one turn; a bridge_comparison's first hops in one turn, their second hops in
+        the next (``_bridge_comparison`` orders them so)."""
+        if not self.tasks:
+            return ()
+        if self.kind == "bridge":
+            return tuple((t,) for t in self.tasks)
+        if self.kind == "comparison":
+            return (self.tasks,)
+        half = len(self.tasks) // 2
+        return (self.tasks[:half], self.tasks[half:])
 
 
 def entity(title: str) -> str:

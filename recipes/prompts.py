@@ -60,6 +60,10 @@ def rag_messages(question: str, docs: Sequence[tuple[str, str]]) -> Messages:
 # The tag formats are shown with placeholders only, never with a concrete entity or answer: SmolLM2-135M copied
 # the old examples verbatim (bench/results/qa.md, HotpotQA: 58 of 150 held-out episodes delegated the example
 # task, 37 answered the example answer). tests/unit/agents/test_prompt_examples.py keeps it that way.
+# A planner's <task> block holds one sub-question per line: the lines of one block run in parallel, each in its
+# own executor (``recipes.coda.split_tasks``). A planner turn ends at its first </task> (a stop string), so the
+# lines of one block are the only way a turn can delegate more than one sub-question.
+TASK_LINE_SEPARATOR = "\n"
 PLANNER_SYSTEM = (
     "You answer hard questions by splitting them into simple sub-questions and settling them one at a time.\n"
     "Rules:\n"
@@ -68,7 +72,9 @@ PLANNER_SYSTEM = (
     "3. Make the final answer answer the original question.\n"
     "Reason inside <think> and </think>. To get a fact, hand one sub-question to a helper by writing "
     "<task> one sub-question </task>; the helper's answer comes back between <result> and </result>. "
-    "Put exactly one question in each task; a later task may build on an earlier result. "
+    "Sub-questions that do not depend on each other go in the same task, one per line: their helpers work at "
+    "the same time and their answers come back in order, one <result> block each. "
+    "A later task may build on an earlier result; ask each sub-question once. "
     "When you know the final answer, write it between <answer> and </answer>: a few words (a name, a place, "
     "a date, a number, or yes or no), not a sentence."
 )

@@ -189,7 +189,8 @@ async def _forced_final(
 _GRAMMARS: dict[str, re.Pattern[str]] = {
     "policy": re.compile(r"think (?:search information think )*answer "),
     "thinker": re.compile(r"think (?:search information think )*answer "),
-    "planner": re.compile(r"think (?:task result think )*answer "),
+    # A planner's <task> block may hold several sub-questions (one per line): one <result> each.
+    "planner": re.compile(r"think (?:task (?:result )+think )*answer "),
     # The executor prompt asks for a <refine> summary after every search; a further <think> is optional.
     "executor": re.compile(r"think (?:search documents refine (?:think )?)*answer "),
 }
@@ -267,7 +268,7 @@ def validate_sequence(response: str, role: str = "policy") -> tuple[bool, str]:
 
     Grammars (top-level blocks, whitespace only between them; the response is the text after the prompt):
       policy/thinker: think → (search → information → think)* → answer
-      planner:        think → (task → result → think)* → answer
+      planner:        think → (task → result+ → think)* → answer
       executor:       think → (search → documents → refine → think?)* → answer
     """
     tags, reason = tag_sequence(response)

@@ -16,7 +16,8 @@ final gold it never saw, and format credit is paid for empty tags. Here, with th
   restate the question (``restates``: F1 ≥ ``RESTATES`` and every word of it; 0 without tasks), ``repeated``
   the fraction that ask again what an earlier task of the episode asked (the same normalised text): neither
   asks for anything new, and a warm-started planner with turns to spare delegated its last task again and
-  again (held out, 3.5 tasks a question where the plans have 2).
+  again (held out, 3.5 tasks a question where the plans have 2). Such tasks run no executor of their own
+  (``recipes.coda.run_coda`` answers them from the episode's earlier answers) yet still count here.
 - ``fmt`` is ``format.nonempty_role_format_score``: a tag counts only if every block of it has content.
 
 Pure functions over strings; the plan comes in as an argument (``recipes.coda`` looks it up), so these do not
@@ -204,16 +205,22 @@ def peco_reward(
     refine_weight: float = 0.1,
     fact_weight: float = 1.0,
     restate_penalty: float = 1.0,
+    tasks: Sequence[str] | None = None,
+    executor_answers: Sequence[str] | None = None,
 ) -> RewardResult:
     """The episode's reward is the planner's (``planner_reward``), with the executors' means added to its
     components; ``per_trajectory`` holds each executor's ``executor_reward`` under its sample id (the planner
-    takes the episode's)."""
+    takes the episode's).
+
+    ``tasks`` and ``executor_answers``: every task the planner delegated and the answer it got, those answered
+    from what the episode already knew without an executor included (``recipes.coda.run_coda``), so a repeated
+    or restated task still counts against the planner; default: the executors' own."""
     golds = as_gold_list(golds)
     planner = planner_reward(
         answer,
         planner_generated,
-        [e.task for e in executors],
-        [e.answer for e in executors],
+        [e.task for e in executors] if tasks is None else tasks,
+        [e.answer for e in executors] if executor_answers is None else executor_answers,
         question,
         golds,
         subquestions,

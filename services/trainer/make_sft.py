@@ -117,8 +117,9 @@ def build(
 
     ``coverage`` (when given) counts, per question type, ``questions`` and what the format counted for each:
     ``planned`` (the plan splits it), ``kept`` (a demonstration was kept; for a planned question: every hop's
-    documents held what the hop needs), ``dropped`` (planned, not kept), ``restating`` (no plan: one task, the
-    question) and ``unsupported`` (the question's own documents do not hold its answer: nothing)."""
+    documents held what the hop needs), ``dropped`` (planned, not kept; CoDA: also a 2Wiki row without triples, not
+    taught whole), ``restating`` (no plan: one task, the question) and ``unsupported`` (the question's own
+    documents do not hold its answer: nothing)."""
     fmt = demo_format(fmt) if isinstance(fmt, str) else fmt
     plans = [plan(row) if hops == "supporting" else None for row in rows]
     queries = [row["question"] for row in rows] + [q for p in plans if p for q in fmt.hop_queries(p)]

@@ -156,12 +156,13 @@ def test_eval_rows_carry_the_agents_own_reward_by_default(fake_llm, make_setting
     assert all(r["f1"] == 0.0 and -4.0 <= r["reward"] < 0.0 for r in rows), [(r["f1"], r["reward"]) for r in rows]
     # Each row keeps the agent's own record: CoDA's delegated tasks beside what each executor answered.
     for row in rows:
-        assert set(row["facts"]) == {"tasks", "executor_answers"}, row["facts"]
-        assert len(row["facts"]["tasks"]) == len(row["facts"]["executor_answers"])
+        assert set(row["facts"]) == {"tasks", "executor_answers", "executed"}, row["facts"]
+        assert len(row["facts"]["tasks"]) == len(row["facts"]["executor_answers"]) == len(row["facts"]["executed"])
     written = json.loads(next(tmp_path.glob("**/*.json")).read_text())["rows"]
     assert [r["facts"] for r in written] == [r["facts"] for r in sorted(rows, key=lambda r: r["prompt_id"])]
-    # ... and how each of its trajectories ended: the planner first, then one executor per task.
+    # ... and how each of its trajectories ended: the planner first, then one executor per task that ran one (a task
+    # asked again is answered from the episode's earlier answer).
     for row in rows:
         roles = [t["role"] for t in row["trajectories"]]
-        assert roles == ["planner"] + ["executor"] * len(row["facts"]["tasks"]), roles
+        assert roles == ["planner"] + ["executor"] * sum(row["facts"]["executed"]), roles
         assert all(t["finish"] and t["turns"] >= 1 for t in row["trajectories"]), row["trajectories"]

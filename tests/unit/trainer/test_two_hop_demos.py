@@ -35,6 +35,9 @@ PEN = doc(3, "Quill pen", "A quill is a writing tool made from a feather.")
 RED = doc(4, "Red Kite", "Red Kite is a 1961 drama film directed by Tomas Vale.")
 HERON = doc(5, "Blue Heron (film)", "Blue Heron is a 1950 film.")
 VALE = doc(6, "Tomas Vale", "Tomas Vale was a film director. He was born in Lisbon.")
+HERON_BY = doc(7, "Blue Heron (film)", "Blue Heron is a 1950 film directed by Ana Reis.")
+VALE_1920 = doc(8, "Tomas Vale", "Tomas Vale was born in 1920.")
+REIS = doc(9, "Ana Reis", "Ana Reis was born in 1910.")
 
 # HotpotQA's layout: a type and the supporting titles, no triples.
 BRIDGE = {
@@ -64,6 +67,22 @@ COMPOSITIONAL = {
         "evidences": [["Red Kite", "director", "Tomas Vale"], ["Tomas Vale", "place of birth", "Lisbon"]],
     },
 }
+# Four hops: each film's director, then each director's birth date.
+BRIDGE_COMPARISON = {
+    "id": "e",
+    "question": "Which film has the director born first, Red Kite or Blue Heron?",
+    "golden_answers": ["Blue Heron"],
+    "metadata": {
+        "type": "bridge_comparison",
+        "supporting_titles": ["Red Kite", "Tomas Vale", "Blue Heron (film)", "Ana Reis"],
+        "evidences": [
+            ["Red Kite", "director", "Tomas Vale"],
+            ["Blue Heron", "director", "Ana Reis"],
+            ["Tomas Vale", "date of birth", "1920"],
+            ["Ana Reis", "date of birth", "1910"],
+        ],
+    },
+}
 FOUND = {
     BRIDGE["question"]: [ADA, PEN],
     "Marrow": [MARROW, PEN],
@@ -75,6 +94,10 @@ FOUND = {
     COMPOSITIONAL["question"]: [RED, PEN],
     "Who is the director of film Red Kite?": [RED, PEN],
     "Where was Tomas Vale born?": [VALE, PEN],
+    "Who is the director of Red Kite?": [RED, PEN],
+    "Who is the director of Blue Heron?": [HERON_BY, PEN],
+    "When was Tomas Vale born?": [VALE_1920, PEN],
+    "When was Ana Reis born?": [REIS, PEN],
 }
 
 
@@ -209,19 +232,51 @@ async def test_a_two_search_demonstration_is_the_rollout_that_writes_it_and_scor
 
 
 # ---------------------------------------------------------------- CoDA: a delegation per hop
-@pytest.mark.parametrize("row", [COMPOSITIONAL, COMPARISON], ids=["compositional", "comparison"])
+# What each planner demonstration writes, by hand: a bridge's hops one per turn (hop 2 names hop 1's result), a
+# comparison's two independent facts in one <task> block, one per line, answered in one turn of two <result>s.
+PLANNER_TURNS = {
+    "d": (
+        [
+            "<task> Who is the director of film Red Kite? </task>",
+            "<task> Where was Tomas Vale born? </task>",
+            "<answer> Lisbon </answer>",
+        ],
+        ["\n<result>Tomas Vale</result>\n", "\n<result>Lisbon</result>\n"],
+    ),
+    "c": (
+        [
+            "<task> When was Red Kite released?\nWhen was Blue Heron released? </task>",
+            "<answer> Blue Heron </answer>",
+        ],
+        ["\n<result>1961</result>\n\n<result>1950</result>\n"],
+    ),
+    # Two turns of two: both directors, then both birth dates (a planner budget of 3 turns holds it).
+    "e": (
+        [
+            "<task> Who is the director of Red Kite?\nWho is the director of Blue Heron? </task>",
+            "<task> When was Tomas Vale born?\nWhen was Ana Reis born? </task>",
+            "<answer> Blue Heron </answer>",
+        ],
+        [
+            "\n<result>Tomas Vale</result>\n\n<result>Ana Reis</result>\n",
+            "\n<result>1920</result>\n\n<result>1910</result>\n",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "row", [COMPOSITIONAL, COMPARISON, BRIDGE_COMPARISON], ids=["compositional", "comparison", "bridge_comparison"]
+)
 async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_does(tok, row):
     demos = build([row], tok, Retriever(FOUND), topk=2, fmt="coda", style=Style(think=False), hops="supporting")
     *executors, planner = demos
     tasks = [t.task for t in plan(row).tasks]
-    assert [d["role"] for d in demos] == ["executor", "executor", "planner"] and planner["queries"] == tasks
+    assert [d["role"] for d in demos] == ["executor"] * len(tasks) + ["planner"] and planner["queries"] == tasks
     answers = [e["answer"] for e in executors]
-    assert trained_turns(tok, planner) == [
-        f"<task> {tasks[0]} </task>",
-        f"<task> {tasks[1]} </task>",
-        f"<answer> {row['golden_answers'][0]} </answer>",
-    ]
-    assert observations(tok, planner) == [f"\n<result>{a}</result>\n" for a in answers]
+    written, results = PLANNER_TURNS[row["id"]]
+    assert trained_turns(tok, planner) == written
+    assert observations(tok, planner) == results
     for executor, task, answer in zip(executors, tasks, answers, strict=True):
         search, refine = trained_turns(tok, executor)
         assert search == f"<search> {task} </search>" and refine.endswith(f"<answer> {answer} </answer>")
@@ -230,8 +285,8 @@ async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_doe
     by_task = {t: trained_turns(tok, e) for t, e in zip(tasks, executors, strict=True)}
 
     def script(prompt: str) -> str:
-        if PLANNER_SYSTEM[:40] in prompt:
-            return trained_turns(tok, planner)[prompt.count("</result>\n")]
+        if PLANNER_SYSTEM[:40] in prompt:  # the turns it has written so far: its </task>s past the instructions
+            return trained_turns(tok, planner)[prompt.count("</task>") - PLANNER_SYSTEM.count("</task>")]
         task = next(t for t in tasks if f"Question: {t}" in prompt)
         return by_task[task][prompt.count("</documents>\n")]
 
