@@ -101,12 +101,13 @@ def token_kinds(rl: list, sft: list) -> dict[str, int]:
     return kinds
 
 
-def matmul_gflops(threads: int) -> float:
-    """The rate of a large bf16 matmul (autocast, as the trainer's decoder runs) on this CPU: its limit."""
+def matmul_gflops(threads: int, dtype: str = "bf16") -> float:
+    """The rate of a large bf16 matmul (autocast, as the trainer's decoder runs; ``dtype="fp32"``: plain fp32)
+    on this CPU: its limit."""
     import torch
 
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
         a @ b
         start = time.perf_counter()
         for _ in range(5):

@@ -71,6 +71,7 @@ class Server:
             settings.precision,
             resolve_device(settings.device),
             merge_adapter=settings.merge_adapter,
+            kv_dtype=settings.kv_dtype,
         )
         self.runner.on_merge = lambda op: metrics.adapter_merges.labels(op).inc()
         self.name = settings.served_model_name or settings.model
@@ -83,12 +84,14 @@ class Server:
             seed=settings.seed,
             metrics=metrics,
             prefix_cache_tokens=settings.prefix_cache_tokens,
+            prefix_cache_bytes=int(settings.prefix_cache_mb * 2**20),
             max_prefill_batch=settings.max_prefill_batch,
             pause_wait_s=settings.pause_wait_s,
         )
         self.lock = asyncio.Lock()  # one weight change at a time (checks and the change must not interleave)
         metrics.running.set_function(lambda: self.engine.num_running)
         metrics.waiting.set_function(lambda: self.engine.num_waiting)
+        metrics.prefix_cache_bytes.set_function(lambda: self.engine.prefix.nbytes)
 
     def resolve_model(self, name: str | None) -> str | None:
         """The adapter a request's ``model`` names (None = base), or vLLM's 404."""
@@ -190,6 +193,29 @@ def _generation_routes(app: FastAPI) -> None:
         cards = [ModelCard(id=server.name, root=server.settings.model, max_model_len=server.runner.max_model_len)]
         cards += [ModelCard(id=name, root=path, parent=server.name) for name, path in server.adapter_paths.items()]
         return ModelList(data=cards)
+
+    @app.get(
+        "/status", tags=["house"], summary="What the engine did since start: prefill/decode counters, prefix cache"
+    )
+    async def status() -> JSONResponse:
+        import torch
+
+        server: Server = app.state.server
+        engine, runner = server.engine, server.runner
+        return JSONResponse(
+            {
+                "model": server.name,
+                "weight_version": engine.version,
+                "running": engine.num_running,
+                "waiting": engine.num_waiting,
+                "autocast_bf16": runner.autocast,
+                "kv_dtype": str(runner.kv_dtype).removeprefix("torch."),
+                "threads": torch.get_num_threads(),
+                "num_parameters": runner.num_parameters(),
+                "engine": dict(engine.counters),
+                "prefix_cache": engine.prefix.stats(),
+            }
+        )
 
 
 def _lora_routes(app: FastAPI) -> None:

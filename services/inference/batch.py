@@ -36,6 +36,7 @@ class EngineMetrics(Protocol):
     def on_step(self, rows: int, seconds: float, new_tokens: int) -> None: ...
     def on_request_done(self, prompt_tokens: int, completion_tokens: int) -> None: ...
     def on_prefix_hit(self, tokens: int) -> None: ...
+    def on_prefill(self, tokens: int, seconds: float) -> None: ...
 
 
 class RunningBatch:
@@ -48,12 +49,26 @@ class RunningBatch:
         logprobs_mode: LogprobsMode,
         seed: int,
         metrics: EngineMetrics | None,
-        prefix_cache_tokens: int,
+        prefix_cache_tokens: int | None,
         max_prefill_batch: int,
+        prefix_cache_bytes: int | None = None,
     ) -> None:
         self.runner, self.logprobs_mode, self.metrics = runner, logprobs_mode, metrics
         self.max_prefill_batch = max_prefill_batch
-        self.prefix = PrefixCache(prefix_cache_tokens)
+        self.prefix = PrefixCache(prefix_cache_tokens, prefix_cache_bytes)
+        # What the engine did since start (``/status``, bench/generation_profile.py): forward passes, the tokens
+        # they ran and the seconds they took; decode rows per step.
+        self.counters = {
+            "prefill_passes": 0,
+            "prefill_prompts": 0,
+            "prefill_tokens": 0,  # prompt tokens that went through the model (prefix-cache hits excluded)
+            "prefill_cached_tokens": 0,  # prompt tokens whose KV came from the prefix cache
+            "prefill_seconds": 0.0,
+            "decode_steps": 0,
+            "decode_tokens": 0,  # rows of all decode steps: one token each
+            "decode_seconds": 0.0,
+            "decode_rows_max": 0,
+        }
         self.kv = KVBatch(runner.num_layers)
         self.running: list[Sequence] = []
         self.owners: dict[int, GenerationRequest] = {}  # id(sequence) -> its request
@@ -88,6 +103,7 @@ class RunningBatch:
         """One batched prefill; if it raises, each prompt alone, failing only the requests of one that raises."""
         keys = [key for key in keys if any(s.finish is None for s in groups[key])]  # skip failed requests
         items = [(list(prompt), adapter, self.prefix.get(adapter, list(prompt))) for prompt, adapter in keys]
+        start = time.perf_counter()
         try:
             outputs = self.runner.prefill_batch(items) if items else []
         except Exception as exc:
@@ -103,6 +119,17 @@ class RunningBatch:
                 for seq in groups[keys[0]]:
                     self._fail(seq, exc)
             return
+        if items:
+            seconds, cached = time.perf_counter() - start, sum(hit.length for _, _, hit in items if hit)
+            new = sum(len(prompt) for prompt, _, _ in items) - cached
+            c = self.counters
+            c["prefill_passes"] += 1
+            c["prefill_prompts"] += len(items)
+            c["prefill_tokens"] += new
+            c["prefill_cached_tokens"] += cached
+            c["prefill_seconds"] += seconds
+            if self.metrics:
+                self.metrics.on_prefill(new, seconds)
         for (prompt, adapter, hit), (logits, layers), key in zip(items, outputs, keys, strict=True):
             self.prefix.put(adapter, prompt, layers)
             if hit and self.metrics:
@@ -125,8 +152,13 @@ class RunningBatch:
             logits = self._decode_rows(rows, exc)
         live = [row for row, s in enumerate(rows) if s.finish is None]
         self._advance([rows[row] for row in live], logits[live] if len(live) < len(rows) else logits)
+        seconds, c = time.perf_counter() - start, self.counters
+        c["decode_steps"] += 1
+        c["decode_tokens"] += len(rows)
+        c["decode_seconds"] += seconds
+        c["decode_rows_max"] = max(c["decode_rows_max"], len(rows))
         if self.metrics:
-            self.metrics.on_step(len(rows), time.perf_counter() - start, len(rows))
+            self.metrics.on_step(len(rows), seconds, len(rows))
         if all(s.finish is not None and s.finish.reason == "abort" for s in rows):
             self.consecutive_failures += 1  # nobody got a token: a broken engine, not a bad request
         self._reap()

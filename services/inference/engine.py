@@ -64,7 +64,8 @@ class Engine(RunningBatch):
         logprobs_mode: LogprobsMode = "raw_logprobs",
         seed: int = 0,
         metrics: EngineMetrics | None = None,
-        prefix_cache_tokens: int = 0,
+        prefix_cache_tokens: int | None = 0,
+        prefix_cache_bytes: int | None = None,
         max_prefill_batch: int = 16,
         pause_wait_s: float = 60.0,
     ) -> None:
@@ -75,6 +76,7 @@ class Engine(RunningBatch):
             metrics=metrics,
             prefix_cache_tokens=prefix_cache_tokens,
             max_prefill_batch=max_prefill_batch,
+            prefix_cache_bytes=prefix_cache_bytes,
         )
         self.max_num_seqs, self.pause_wait_s = max_num_seqs, pause_wait_s
         self.version = 0

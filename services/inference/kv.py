@@ -6,6 +6,9 @@ whole batch. Buffers are preallocated and grow by doubling, so a step writes in 
 cache (``torch.cat`` per step would copy it all, every step). Keys are stored after RoPE, so the padding does
 not change any row's positions; the attention mask hides the pad columns.
 
+The buffers take the dtype of the rows they are given (``ModelRunner.kv_dtype``); a step's new column is cast
+to it as it is written.
+
 Every method that creates or writes the buffers runs under ``torch.inference_mode``, whoever calls it: decode
 grows them inside inference mode (making inference tensors), prefill joins rows on the engine thread outside
 it, and an in-place write to an inference tensor outside inference mode is a RuntimeError. Mode is per thread,
@@ -133,9 +136,14 @@ class _SlotLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         start, q = self.batch.length, key_states.shape[-2]
         keys, values = self.batch.keys[self.index], self.batch.values[self.index]
-        keys[:, :, start : start + q] = key_states
+        keys[:, :, start : start + q] = key_states  # cast to the buffers' dtype (the server's kv_dtype)
         values[:, :, start : start + q] = value_states
-        return keys[:, :, : start + q], values[:, :, : start + q]
+        keys, values = keys[:, :, : start + q], values[:, :, : start + q]
+        if keys.dtype != key_states.dtype and not torch.is_autocast_enabled(keys.device.type):
+            # KV stored in another dtype than the forward computes in without autocast (e.g. bf16 KV, fp32
+            # compute): the attention needs its own dtype. Under autocast it casts its inputs itself.
+            keys, values = keys.to(key_states.dtype), values.to(value_states.dtype)
+        return keys, values
 
     def get_seq_length(self) -> int:
         return self.batch.length

@@ -54,6 +54,23 @@ class InferenceMetrics:
             "Prompt tokens whose KV came from the prefix cache",
             registry=registry,
         )
+        self.prefix_hits = Counter(
+            "coda_inference_prefix_cache_hits_total", "Prompts whose prefill reused cached KV", registry=registry
+        )
+        self.prefix_cache_bytes = Gauge(
+            "coda_inference_prefix_cache_bytes", "Bytes of KV held by the prefix cache", registry=registry
+        )
+        self.prefill_tokens = Counter(
+            "coda_inference_prefill_tokens_total",
+            "Prompt tokens run through the model by prefill passes (prefix-cache hits excluded)",
+            registry=registry,
+        )
+        self.prefill_seconds = Histogram(
+            "coda_inference_prefill_seconds",
+            "Duration of one (batched) prefill pass",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self._tps = 0.0
 
     # EngineMetrics protocol (called from the engine thread)
@@ -71,4 +88,9 @@ class InferenceMetrics:
         self.generation_tokens.inc(completion_tokens)
 
     def on_prefix_hit(self, tokens: int) -> None:
+        self.prefix_hits.inc()
         self.prefix_hit_tokens.inc(tokens)
+
+    def on_prefill(self, tokens: int, seconds: float) -> None:
+        self.prefill_tokens.inc(tokens)
+        self.prefill_seconds.observe(seconds)

@@ -46,3 +46,49 @@ def test_disabled_cache_keeps_nothing():
     cache = PrefixCache(0)
     cache.put(None, [1, 2, 3], kv(3))
     assert not cache.entries and cache.get(None, [1, 2, 3, 4]) is None
+
+
+def test_bytes_bound_evicts_and_is_counted():
+    one = 2 * 3 * 4  # kv(3): keys and values of 3 fp32 values
+    cache = PrefixCache(max_bytes=2 * one)
+    cache.put(None, [1, 2, 3], kv(3))
+    cache.put(None, [4, 5, 6], kv(3))
+    assert cache.nbytes == 2 * one
+    cache.put(None, [7, 8, 9], kv(3))
+    assert cache.nbytes == 2 * one and cache.get(None, [1, 2, 3, 0]) is None
+    cache.put(None, list(range(100)), kv(100))  # larger than the whole budget: not kept
+    assert cache.nbytes == 2 * one
+    cache.drop_adapter("x")
+    cache.clear()
+    assert cache.nbytes == 0 and not cache.index
+    assert not PrefixCache(max_tokens=None, max_bytes=0).enabled
+
+
+def test_long_prompts_match_across_blocks_and_partially():
+    from services.inference.prefix import BLOCK
+
+    cache = PrefixCache(max_bytes=10**6)
+    base = list(range(100, 100 + 3 * BLOCK + 5))
+    cache.put(None, base, kv(len(base)))
+    hit = cache.get(None, [*base, 1, 2])
+    assert hit.length == len(base)
+    # diverges mid-block: the common part is reused
+    other = base[: 2 * BLOCK + 3] + [7] * 20
+    assert cache.get(None, other).length == 2 * BLOCK + 3
+    # diverges inside the first block
+    assert cache.get(None, base[:5] + [7] * 40).length == 5
+    assert cache.get("a", [*base, 1]) is None and cache.get(None, [9, *base]) is None
+    cache.drop_adapter("a")
+    assert cache.get(None, [*base, 1]).length == len(base)
+
+
+def test_hash_collisions_fall_back_to_a_scan(monkeypatch):
+    from services.inference import prefix
+
+    monkeypatch.setattr(prefix, "_chain", lambda ids, blocks: [0] * blocks)  # every block collides
+    cache = PrefixCache(max_bytes=10**6)
+    a, b = [1] * 40, [1] * 20 + [2] * 20
+    cache.put(None, a, kv(40))
+    cache.put(None, b, kv(40))
+    assert cache.get(None, [*b, 3]).length == 40
+    assert cache.get(None, [*a, 3]).length == 40
