@@ -63,9 +63,18 @@ class Ledger:
     dead: dict[str, str]  # dead-lettered entry id → reason
     trained: list[str]  # the checkpoint's recent_groups: every group trained (ledger() checks it is whole)
     covered: set[str]  # entry ids the checkpoint contains but may not have acknowledged yet
+    # The stream read again after the checkpoint (a running trainer may have served, trained and checkpointed
+    # more groups between the two reads): what the checkpoint can have trained. None: the same as above.
+    served_after: set[str] | None = None  # group ids served (not dead-lettered) at the second read
 
     def acked(self) -> set[str]:
         return self.delivered - self.pending - set(self.dead)
+
+    def served(self) -> set[str]:
+        """Group ids the stream had served (and not dead-lettered) by the time the checkpoint was read."""
+        if self.served_after is not None:
+            return self.served_after
+        return {self.groups[i] for i in self.delivered - set(self.dead)}
 
 
 def _id(entry_id: str) -> tuple[int, int]:
@@ -255,7 +264,23 @@ class Pipeline:
 
     # ---------------------------------------------------------------- the ledger
     def ledger(self) -> Ledger:
-        """The stream first, then the checkpoint: the ledger only grows, so it can only be ahead."""
+        """The stream, then the checkpoint, then the stream again. The trainer keeps serving, training and
+        checkpointing meanwhile: the checkpoint can only be ahead of the first read (every group acknowledged
+        then is in it) and behind the second (every group it trained was served by then)."""
+        before = self._stream_view()
+        state = self.checkpoint_state()
+        after = self._stream_view()
+        trained = state["recent_groups"]
+        # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
+        assert len(trained) == state["groups_trained"], (
+            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained"
+        )
+        groups, delivered, pending, dead = before
+        served_after = {after[0][i] for i in after[1] - set(after[3])}
+        return Ledger(groups, delivered, pending, dead, trained, set(state["covered"]), served_after)
+
+    def _stream_view(self) -> tuple[dict[str, str], set[str], set[str], dict[str, str]]:
+        """(entry id → group id, entries served, entries pending, dead-lettered entry → reason), read now."""
         client = self.wait_redis()
         groups = {_text(i): decode(TrajectoryGroup, f).group_id for i, f in client.xrange(STREAM)}
         info = next(g for g in client.xinfo_groups(STREAM) if _text(g["name"]) == GROUP)
@@ -265,13 +290,7 @@ class Pipeline:
         pending = {_text(r["message_id"]) for r in rows}
         dead = {_text(f[b"source_id"]): _text(f[b"reason"]) for _, f in client.xrange(DEAD)}
         client.close()
-        state = self.checkpoint_state()
-        trained = state["recent_groups"]
-        # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
-        assert len(trained) == state["groups_trained"], (
-            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained"
-        )
-        return Ledger(groups, delivered, pending, dead, trained, set(state["covered"]))
+        return groups, delivered, pending, dead
 
     def checkpoint_state(self) -> dict:
         from services.trainer import checkpoint
@@ -289,8 +308,7 @@ class Pipeline:
         (lost), every acknowledged group trained, no dead-lettered group trained."""
         twice = sorted(g for g in set(led.trained) if led.trained.count(g) > 1)
         assert not twice, f"groups trained twice: {twice}"
-        served = {led.groups[i] for i in led.delivered - set(led.dead)}
-        unknown = sorted(set(led.trained) - served)
+        unknown = sorted(set(led.trained) - led.served())
         assert not unknown, f"trained groups that the stream no longer holds or never served: {unknown}"
         untrained = sorted(led.groups[i] for i in led.acked() if led.groups[i] not in set(led.trained))
         assert not untrained, f"groups acknowledged but never trained (lost): {untrained}"
