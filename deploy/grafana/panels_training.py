@@ -103,6 +103,11 @@ TRAINING = Dashboard(
                     ],
                 ),
                 Panel("Clip fraction", [("coda_trainer_clip_fraction", "clipped tokens")], unit="percentunit"),
+                Panel(
+                    "Groups with a learning signal",
+                    [("coda_trainer_signal_share", "share of groups (rewards not all equal)")],
+                    unit="percentunit",
+                ),
                 Panel("Entropy", [("coda_trainer_rl_entropy", "policy entropy (RL tokens)")]),
                 Panel(
                     "Importance weights",

@@ -281,6 +281,12 @@ class StepRecord:
     zero_variance_groups: int | None = metric(
         "groups whose samples all got the same reward: no advantage, no learning signal"
     )
+    signal_share: float | None = metric(
+        "share of the step's groups with a learning signal: 1 − `zero_variance_groups` / `groups` (their samples' "
+        "rewards differ, so GRPO's advantages are not all 0); not logged on a step without groups",
+        gauge=True,
+        plot=True,
+    )
     skipped_zero_advantage: int | None = metric(
         "samples not run through the model for having advantage 0 (`zero_advantage`)"
     )

@@ -79,6 +79,11 @@ def step_record(
     return rec
 
 
+def signal_share(groups: int, zero_variance_groups: int) -> float | None:
+    """The share of ``groups`` with a learning signal (rewards not all equal); None without groups."""
+    return 1.0 - zero_variance_groups / groups if groups else None
+
+
 def _red(red: REDWeights) -> RedMetrics:
     # REDWeights and RedMetrics share their fields' names; an accuracy not measured (no planner row) logs as −1.
     out = RedMetrics(**{f.name: getattr(red, f.name) for f in fields(RedMetrics)})
@@ -99,6 +104,7 @@ def _add_rollouts(rec: StepRecord, rollouts: Rollouts, state: TrainState) -> Non
     rec.reward_std = float(np.std(rewards))
     rec.groups = len(rollouts.groups)
     rec.zero_variance_groups = rollouts.zero_variance_groups
+    rec.signal_share = signal_share(len(rollouts.groups), rollouts.zero_variance_groups)
     rec.dropped_stale = state.dropped_stale  # the run's total so far
     rec.dropped_stale_step = rollouts.dropped_stale
     rec.skipped_zero_advantage = rollouts.skipped_zero_advantage

@@ -126,6 +126,7 @@ def test_rl_step_record_is_the_hand_written_dict():
         "reward_std": pytest.approx(0.5**0.5 / 2),  # rewards 1, 0, 0.5, 0.5: population σ
         "groups": 2,
         "zero_variance_groups": 1,
+        "signal_share": 0.5,  # 1 − 1 / 2 groups
         "dropped_stale": 5,
         "dropped_stale_step": 2,
         "skipped_zero_advantage": 1,
