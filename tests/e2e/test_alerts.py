@@ -21,11 +21,11 @@ def test_a_reward_that_never_varies_fires_no_learning_signal_and_nothing_else(lo
     stack, sup, _ = local_stack
     stack_redis(stack).flushall()
     monkeypatch.setattr(stack, "alerts", {})  # what earlier sessions of this shared stack fired
-    monkeypatch.setenv("CODA_ALERTS_NO_SIGNAL_STEPS", "3")  # the default is 20: fire within this short run
+    monkeypatch.setenv("CODA_ALERTS_NO_SIGNAL_STEPS", "3")  # tiny-cpu says 60: fire within this short run
     said: list[str] = []
     monkeypatch.setattr(stack, "say", said.append)
     env = {**SMOKE, "CODA_TRAINER_MAX_STEPS": str(STEPS), "CODA_ROLLOUT_MAX_TOKENS_PER_TURN": "1"}
-    # No demonstrations: a step that trains on them learns from them, and is not counted as without a signal.
+    # No demonstrations: the demonstration loss of a policy trained from scratch is not what this tests.
     log = stack.train(sup, None, recipe=str(REPO / "configs/tiny-cpu.toml"), tag="alerts", **env)
     rows = read_log(log)
     assert len(rows) == STEPS

@@ -124,17 +124,43 @@ def reward_drop(o: Observed, s: AlertSettings) -> Detail:
     return None
 
 
+def signal_share(record: dict) -> float:
+    """A step's share of groups with a learning signal: its ``signal_share``, or from its group counts (a log
+    written before the trainer logged the share)."""
+    if isinstance(record.get("signal_share"), int | float):
+        return float(record["signal_share"])
+    return 1.0 - float(record.get("zero_variance_groups", 0)) / float(record["groups"])
+
+
 def no_learning_signal(o: Observed, s: AlertSettings) -> Detail:
-    """Over the last ``no_signal_steps`` RL steps, the share of groups whose rewards were all equal. A step
-    that also trained on demonstrations (SFT, RED) learned from them, and is not counted: a model trained from
-    scratch gets its first rewards after tens of such steps."""
-    rows = [r for r in o.records if r.get("groups", 0) and not r.get("sft_tokens", 0)][-s.no_signal_steps :]
+    """Over the last ``no_signal_steps`` steps with groups, the share of groups whose rewards were all equal
+    (1 − ``signal_share``, weighted by the steps' groups) above ``no_signal_share``, while the mean reward of
+    those steps is below ``no_signal_solved_reward`` (a solved task's groups are all 1). Steps that also
+    trained on demonstrations count: a run whose RL part learns nothing is not saved by them (a policy trained
+    from scratch, rewarded after tens of such steps, sets a larger ``no_signal_steps``)."""
+    rows = [r for r in o.records if r.get("groups", 0)][-s.no_signal_steps :]
     if len(rows) < s.no_signal_steps:
         return None
-    share = sum(float(r.get("zero_variance_groups", 0)) for r in rows) / sum(float(r["groups"]) for r in rows)
-    if share <= s.no_signal_share:
+    groups = sum(float(r["groups"]) for r in rows)
+    share = sum(float(r["groups"]) * (1.0 - signal_share(r)) for r in rows) / groups
+    rewards = [float(r["reward_mean"]) for r in rows if isinstance(r.get("reward_mean"), int | float)]
+    if share <= s.no_signal_share or (rewards and mean(rewards) >= s.no_signal_solved_reward):
         return None
-    return f"{share:.0%} of groups had equal rewards (advantage 0) over the last {len(rows)} steps"
+    reward = f", mean reward {mean(rewards):.3f}" if rewards else ""
+    return f"{share:.0%} of groups had equal rewards (advantage 0) over the last {len(rows)} steps{reward}"
+
+
+def sft_loss_rising(o: Observed, s: AlertSettings) -> Detail:
+    """The demonstrations' loss (``sft_loss``), averaged over ``sft_rise_steps`` steps, above ``sft_rise_factor``
+    × its lowest such average and more than ``sft_rise_min`` above it: training on the demonstrations makes
+    the policy worse at them (the warm start's learning rate too high, a diverging run)."""
+    smooth = rolling_means([v for v in o.values("sft_loss") if finite(v)], s.sft_rise_steps)
+    if len(smooth) < 2:
+        return None
+    low, now = min(smooth), smooth[-1]
+    if now > s.sft_rise_factor * low and now - low > s.sft_rise_min:
+        return f"demonstration loss {now:.3g} (mean of {s.sft_rise_steps} steps), up from its lowest {low:.3g}"
+    return None
 
 
 def clip_fraction_high(o: Observed, s: AlertSettings) -> Detail:

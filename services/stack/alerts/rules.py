@@ -149,22 +149,40 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "NoLearningSignal",
-        "Almost every group's rewards are all equal (advantage 0): GRPO has nothing to learn from.",
-        "The task is too hard or too easy for the policy now: check the reward on a few episodes, give more "
-        "samples per prompt (`n_samples`), easier prompts or demonstrations (SFT/RED), or a graded reward. "
-        "Steps that trained on demonstrations are not counted: they learn from those.",
-        ("no_signal_share", "no_signal_steps", "window_minutes"),
+        "Almost every group's rewards are all equal (advantage 0) while the reward is low: GRPO has nothing to "
+        "learn from.",
+        "The task is too hard for the policy now, or the policy is broken (a learning rate far too high: look at "
+        "the grad norm and the demonstration loss): check the reward on a few episodes, give more samples per "
+        "prompt (`n_samples`), easier prompts or demonstrations (SFT/RED), or a graded reward. Not said while "
+        "the reward is at least no_signal_solved_reward: a solved task's groups are all 1.",
+        ("no_signal_share", "no_signal_steps", "no_signal_minutes", "no_signal_solved_reward"),
         lambda s: (
-            f"changes(coda_trainer_pg_loss[{_w(s)}]) == 0 and delta(coda_trainer_step[{_w(s)}]) > 1 "
-            f"unless changes(coda_trainer_sft_loss[{_w(s)}]) > 0"
+            f"avg_over_time(coda_trainer_signal_share[{s.no_signal_minutes}m]) < {1 - s.no_signal_share:g} "
+            f"and coda_trainer_step - coda_trainer_step offset {s.no_signal_minutes}m >= {s.no_signal_steps} "
+            f"and avg_over_time(coda_trainer_reward_mean[{s.no_signal_minutes}m]) < {s.no_signal_solved_reward:g}"
         ),
         checks.no_learning_signal,
         prometheus_note=(
-            "the share of zero-advantage groups is in train.jsonl only (`zero_variance_groups`), not exported: "
-            "Prometheus sees the 100% case: several steps in window_minutes and the policy-gradient loss never "
-            "changed (0 on every step, or not measured because zero-advantage samples are skipped; an SFT-only "
-            "run, which has none, fires it too)"
+            "the share and the reward are averaged over the scrapes of no_signal_minutes (make train weights "
+            "steps by their groups), which must hold no_signal_steps steps"
         ),
+    ),
+    Rule(
+        "DemonstrationLossRising",
+        "The loss on the demonstrations rises while the policy trains on them: the updates make it worse.",
+        "Stop and lower the learning rate (`[trainer] lr`; a warm start whose SFT loss rises from its first "
+        "steps is the usual sign of one far too high); look at the grad norm. Later in a run, RL may be pulling "
+        "the policy away from the demonstrations: look at RED's weight (`red/sft_loss_weight`).",
+        ("sft_rise_factor", "sft_rise_min", "sft_rise_steps", "sft_rise_minutes"),
+        lambda s: (
+            f"(avg_over_time(coda_trainer_sft_loss[{s.sft_rise_minutes}m]) > {s.sft_rise_factor:g} * "
+            f"min_over_time(avg_over_time(coda_trainer_sft_loss[{s.sft_rise_minutes}m])[{_lb(s)}:1m])) "
+            f"and (avg_over_time(coda_trainer_sft_loss[{s.sft_rise_minutes}m]) - "
+            f"min_over_time(avg_over_time(coda_trainer_sft_loss[{s.sft_rise_minutes}m])[{_lb(s)}:1m]) "
+            f"> {s.sft_rise_min:g})"
+        ),
+        checks.sft_loss_rising,
+        prometheus_note="averaged over sft_rise_minutes, its lowest over lookback_hours",
     ),
     Rule(
         "ClipFractionHigh",

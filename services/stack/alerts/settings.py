@@ -57,7 +57,36 @@ class AlertSettings(ServiceSettings):
     )
     reward_drop_min: float = Field(0.1, ge=0, description="Reward drop: and more than this much below its peak")
     no_signal_share: float = Field(
-        0.9, gt=0, le=1, description="No learning signal: share of zero-advantage groups above this"
+        0.9,
+        gt=0,
+        le=1,
+        description="No learning signal: share of groups without a signal above this (`signal_share` below 1 − this)",
     )
-    no_signal_steps: int = Field(20, ge=1, description="No learning signal: over the last this many RL-only steps")
+    no_signal_steps: int = Field(
+        5,
+        ge=1,
+        description="No learning signal: over the last this many RL steps (smol-cpu's make train has 15, ~30 s each; "
+        "a policy trained from scratch, rewarded only after tens of steps, needs more: tiny-cpu sets 60)",
+    )
+    no_signal_minutes: int = Field(
+        4, ge=1, description="No learning signal: the Prometheus window (it holds 7 of smol-cpu's ~30 s steps)"
+    )
+    no_signal_solved_reward: float = Field(
+        0.5,
+        description="No learning signal: not while the mean reward over those steps is at least this (equal "
+        "rewards of a solved task: smol-cpu's groups are mostly all 1 by its end)",
+    )
+    sft_rise_factor: float = Field(
+        1.25,
+        gt=1,
+        description="Demonstration loss rising: the SFT loss (mean of sft_rise_steps) above this many times its "
+        "lowest such mean",
+    )
+    sft_rise_min: float = Field(
+        1.0, gt=0, description="Demonstration loss rising: and more than this many nats per token above it"
+    )
+    sft_rise_steps: int = Field(3, ge=1, description="Demonstration loss rising: steps that make train averages over")
+    sft_rise_minutes: int = Field(
+        2, ge=1, description="Demonstration loss rising: minutes that Prometheus averages over"
+    )
     clip_fraction: float = Field(0.2, gt=0, le=1, description="Clip fraction high: windowed mean above this")

@@ -154,15 +154,117 @@ def test_reward_drop_fires_when_the_smoothed_reward_falls_from_its_peak():
 
 
 def test_no_learning_signal_fires_after_n_steps_of_equal_rewards():
+    assert S.no_signal_steps == 5 and S.no_signal_share == 0.9 and S.no_signal_solved_reward == 0.5
     flat = run(25, zero_variance_groups=2)
     assert "100% of groups had equal rewards" in checks.no_learning_signal(observed(flat), S)
-    assert checks.no_learning_signal(observed(flat[:19]), S) is None  # fewer than no_signal_steps
+    assert checks.no_learning_signal(observed(flat[:4]), S) is None  # fewer than no_signal_steps
+    assert checks.no_learning_signal(observed(flat[:5]), S)
     mostly = run(25, zero_variance_groups=1)  # half the groups still teach
     assert checks.no_learning_signal(observed(mostly), S) is None
+    # 9 of the last 10 groups equal: 90%, not above no_signal_share.
+    nine = [*run(4, zero_variance_groups=2), healthy_step(5, zero_variance_groups=1)]
+    assert checks.no_learning_signal(observed(nine), S) is None
     sft_steps = [*run(25, zero_variance_groups=2), *[healthy_step(26 + i, groups=0) for i in range(5)]]
     assert checks.no_learning_signal(observed(sft_steps), S)  # steps without groups do not dilute the share
-    with_demonstrations = run(25, zero_variance_groups=2, sft_tokens=1000)  # RED: learns from demonstrations
-    assert checks.no_learning_signal(observed(with_demonstrations), S) is None
+    # RED co-training does not hide it: smol-cpu trains demonstrations on every RL step.
+    with_demonstrations = run(25, zero_variance_groups=2, sft_tokens=1000)
+    assert checks.no_learning_signal(observed(with_demonstrations), S)
+    solved = run(25, zero_variance_groups=2, reward_mean=0.95)  # every group all 1: a solved task
+    assert checks.no_learning_signal(observed(solved), S) is None
+
+
+def test_no_learning_signal_reads_the_logged_share_weighted_by_groups():
+    # signal_share as the trainer logs it: 1 of 4 groups with a signal, then 0 of 2: (3 + 2) / 6 equal = 83%.
+    rows = [
+        healthy_step(1, groups=4, zero_variance_groups=0, signal_share=0.25),  # the share wins over the counts
+        *(healthy_step(i, groups=2, zero_variance_groups=0, signal_share=0.0) for i in range(2, 6)),
+    ]
+    # (3 + 4 × 2) equal of 4 + 4 × 2 = 12 groups: 11/12 = 92% > 90%.
+    assert "92% of groups" in checks.no_learning_signal(observed(rows), S)
+    assert checks.signal_share(healthy_step(1, groups=4, zero_variance_groups=3)) == 0.25  # an older log
+
+
+# ---------------------------------------------------------------- the default run, broken and healthy
+# No train.jsonl of a real run is kept under tests/fixtures: the series below follow the issue's numbers for a
+# smol-cpu run at lr 2e-2, and docs/make-train.md's healthy run (warm start of 10 steps, then 15 RL steps of
+# 2 groups × 4 samples, training reward 0.25 over the first 5 and 0.925 over the last 5, sft_loss ~0.03).
+def warm_step(step: int, sft_loss: float, grad_norm: float = 1.0) -> dict:
+    """An SFT-only step of the warm start: no groups, demonstrations only (as step_record writes it)."""
+    return {
+        "step": step,
+        "time": T0 + 8 * step,
+        "step_seconds": 8.0,
+        "loss": sft_loss,
+        "sft_loss": sft_loss,
+        "sft_tokens": 600,
+        "grad_norm": grad_norm,
+        "groups": 0,
+    }
+
+
+def rl_step(step: int, reward: float, zero_variance: int, sft_loss: float, grad_norm: float) -> dict:
+    return healthy_step(
+        step,
+        time=T0 + 80 + 32 * (step - 10),
+        step_seconds=32.0,
+        reward_mean=reward,
+        groups=2,
+        zero_variance_groups=zero_variance,
+        signal_share=1 - zero_variance / 2,
+        sft_loss=sft_loss,
+        sft_tokens=600,
+        grad_norm=grad_norm,
+    )
+
+
+LR100_SFT = [12.9 + (33.4 - 12.9) * i / 9 for i in range(10)]  # 12.9, 15.18, ..., 33.4: rising every step
+LR100 = [
+    *(warm_step(i + 1, loss, grad_norm=20.0) for i, loss in enumerate(LR100_SFT)),
+    *(rl_step(11 + i, 0.0, 2, 30.0, [20, 170, 45, 90, 60][i % 5]) for i in range(15)),
+]
+HEALTHY_REWARD = [0.2, 0.25, 0.25, 0.3, 0.25, 0.4, 0.5, 0.6, 0.7, 0.8, 0.875, 0.9, 0.95, 0.95, 0.95]
+HEALTHY_ZERO = [1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 2, 2, 2, 2, 2]  # late: groups all 1 (solved prompts)
+HEALTHY = [
+    *(warm_step(i + 1, 2.8 * 0.7**i) for i in range(10)),  # 2.8 falling to 0.11
+    *(
+        rl_step(11 + i, r, z, 0.03 + 0.01 * (i % 3), 0.5)
+        for i, (r, z) in enumerate(zip(HEALTHY_REWARD, HEALTHY_ZERO, strict=True))
+    ),
+]
+
+
+def first_firing(records: list[dict], check) -> int | None:
+    """The step at which ``check`` first fires as the records land one by one (make train's monitor)."""
+    for n in range(1, len(records) + 1):
+        if check(observed(records[:n]), S):
+            return records[n - 1]["step"]
+    return None
+
+
+def test_the_lr_100x_run_fires_within_its_first_steps():
+    # Means of 3: 15.18 (its lowest, steps 1-3), then +2.28 a step; step 5's 19.73 > 1.25 × 15.18 = 18.98.
+    assert first_firing(LR100, checks.sft_loss_rising) == 5
+    # The RL part: 5 steps of 2 groups, every one all 0 (reward 0): the 5th RL step, step 15.
+    assert first_firing(LR100, checks.no_learning_signal) == 15
+    assert "100% of groups" in checks.no_learning_signal(observed(LR100), S)
+
+
+def test_the_healthy_default_run_fires_nothing():
+    fired = {rule.name: first_firing(HEALTHY, rule.check) for rule in RULES}
+    assert fired == dict.fromkeys(fired), fired
+    # Without the solved-task exemption its last 5 steps (10 of 10 groups equal, reward 0.93) would fire.
+    unexempt = AlertSettings.model_construct(no_signal_solved_reward=1.1)
+    assert "100% of groups" in checks.no_learning_signal(observed(HEALTHY), unexempt)
+
+
+def test_sft_loss_rising_fires_above_the_factor_and_the_nats():
+    assert S.sft_rise_factor == 1.25 and S.sft_rise_min == 1.0 and S.sft_rise_steps == 3
+    creeping = [warm_step(i + 1, 0.03 + 0.05 * i) for i in range(10)]  # 0.03 to 0.48: ×16, but 0.45 nats
+    assert checks.sft_loss_rising(observed(creeping), S) is None
+    # Means of 3 from [4, 4, 4, 5, 5, 6]: 4, 4.33, 4.67, 5.33: 5.33 > 5 and 1.33 nats above 4.
+    rising = [warm_step(i + 1, v) for i, v in enumerate([4, 4, 4, 5, 5, 6])]
+    assert "5.33 (mean of 3 steps), up from its lowest 4" in checks.sft_loss_rising(observed(rising), S)
+    assert checks.sft_loss_rising(observed(rising[:5]), S) is None  # 4.67: not 1.25 × 4
 
 
 def test_clip_fraction_high_fires_on_the_window_mean():
