@@ -67,7 +67,8 @@ COMPOSE := docker compose
 	     -e "s/^CODA_CONTROL_TOKEN=.*/CODA_CONTROL_TOKEN=$$($(PYTHON) -c 'import secrets; print(secrets.token_hex(32))')/" \
 	     .env.example > .env && chmod 600 .env && echo ">> wrote .env (passwords in it; edit RECIPE/POLICY_MODEL there)"
 
-up: .env  ## start the stack with docker compose (PROFILE=gpu|cpu, RECIPE=name of a configs/ recipe)
+up: .env  ## start the stack with docker compose (PROFILE=gpu|cpu, RECIPE=name of a configs/ recipe); stops first if .env's model needs an HF_TOKEN it lacks
+	@$(PYTHON) deploy/check_env.py .env
 	$(if $(UP_RECIPE),RECIPE=$(UP_RECIPE) )$(COMPOSE) --profile $(PROFILE) up -d --build
 	@echo ">> Grafana: http://localhost:3000 (admin / GRAFANA_PASSWORD in .env); make logs; make down"
 

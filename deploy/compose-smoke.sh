@@ -18,7 +18,7 @@
 # SMOKE_MORE_STEPS (after the restart; 5), SMOKE_PROJECT (compose project; coda-smoke: its own volumes,
 # removed at the start), SMOKE_BUILD=0 (use the images as built), SMOKE_KEEP=1 (leave the stack up at the end),
 # SMOKE_EVAL=0 (skip the final eval), SMOKE_PROMETHEUS=0 (leave Prometheus out: its image is upstream, so a host
-# without a registry needs one built locally, README "Compose with podman"; deploy/podman-host.sh builds it),
+# without a registry needs one built locally, docs/compose.md ("Podman"); deploy/podman-host.sh builds it),
 # SMOKE_BUILD_AT_ONCE=1 (podman: every image in one build call; by default one at a time, faster on a small
 # machine), SMOKE_UP_TIMEOUT_S, SMOKE_HEALTH_TIMEOUT_S, SMOKE_TRAIN_TIMEOUT_S,
 # COMPOSE ("docker compose" or "podman-compose" to choose), PODMAN_BUILD_ARGS (default "--format docker": an

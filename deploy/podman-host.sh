@@ -7,7 +7,7 @@
 #      (podman's defaults need CAP_SYS_RESOURCE), merged into what the file holds;
 #   3. the upstream base images, built locally (no registry to pull from): debootstrap (the host's extra CA
 #      certificates copied in) imported as docker.io/library/debian:bookworm-slim, then deploy/podman-bases/*
-#      on it as python:3.11-slim, redis:7.4-alpine, prom/prometheus:v3.1.0 (README "Compose with podman");
+#      on it as python:3.11-slim, redis:7.4-alpine, prom/prometheus:v3.1.0 (docs/compose.md, "Podman");
 #   4. the torch wheel pyproject.toml pins, as pip resolves it here (this project's machines hold the CPU build),
 #      and its dependencies as a PEP 503 index (.podman-compose/torch-index), served on 127.0.0.1 by
 #      python -m http.server for the builds (TORCH_CPU_INDEX_URL), stopped at exit;

@@ -3,7 +3,7 @@
 vLLM has no heartbeat of its own to announce itself in Redis (``shared.server_registry``), so the rollout is
 told the extra servers by name: ``[rollout] inference_urls`` through ``CODA_ROLLOUT_INFERENCE_URLS``. Server 1
 is the compose file's ``policy``. The trainer writes and announces each new version; the rollout loads it into
-every server, this one included (README "A fleet of policy servers"), with the control token that vLLM takes
+every server, this one included (docs/scaling-out.md, "A fleet of policy servers"), with the control token that vLLM takes
 as its API key.
 
 Each extra server is a copy of ``policy`` (same image, model, flags, volumes) with its own GPU

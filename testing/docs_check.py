@@ -5,9 +5,16 @@
 It checks, in ``README.md``, ``tests/README.md``, ``bench/README.md`` and ``docs/*.md``:
 - every relative link resolves: the file (or folder) exists, and a ``#anchor`` names a heading of the target;
 - the generated pages are what their generators print now (``docs/configuration.md``, ``docs/metrics.md``);
+- every number quoted from a results file between ``<!-- from: bench/results/x.md: TEMPLATE -->`` and
+  ``<!-- end -->`` is what that file says now (the syntax: ``check_snippets``; ``--write`` rewrites them);
 - every example command parses: ``make <target>`` names a target of the Makefile, and every ``--flag`` of a
   ``python -m <module> [subcommand] …`` or ``python <script>.py …`` example appears in that command's
   ``--help`` (run once per command, so only argparse is exercised).
+
+And in every tracked ``.py``, ``.toml``, ``.yml``, ``.sh``, ``Makefile``, ``Dockerfile*`` and ``.env.example``
+(comments, docstrings and the strings ``--help`` prints): every pointer to a section of a page (``README
+"Security"``, ``docs/x.md ("A heading")``, ``docs/x.md#anchor``, ``PAGE.md § 9``) names a file and a heading
+that exist.
 
 Examples are read from fenced code blocks and from inline code spans. A generated page's own examples are
 checked like any other.
@@ -279,20 +286,181 @@ def check_generated(root: Path = REPO, pages: Iterable[str] = GENERATED) -> list
     return problems
 
 
-def run_checks(root: Path = REPO, help_of: Callable[[tuple[str, ...]], str | None] | None = None) -> list[Problem]:
+# ---------------------------------------------------------------- numbers quoted from results files
+# <!-- from: bench/results/x.md: TEMPLATE -->RENDERED<!-- end -->: TEMPLATE's {fields} are read from the results
+# file, and RENDERED must be TEMPLATE filled in. A field is
+#   {ROW @ COLUMN}        the cell of a markdown table of that file: the first table with a header cell COLUMN
+#                         and a row whose first cells are ROW (cells separated by " ; ": `full RED ; 2`);
+#   {ROW @ COLUMN @ num}  the same cell's first number ("32.6 (32.0–33.1)" → "32.6");
+#   {re:REGEX}            the first group of REGEX's first match in the file.
+# No "|" anywhere in a snippet: a table cell of the page would end there (write "\x7c" in a REGEX).
+# `python -m testing.docs_check --write` rewrites every RENDERED from its file; the check fails otherwise.
+SNIPPET = re.compile(r"<!-- from: (?P<src>[^\s:]+): (?P<template>.*?) -->(?P<rendered>.*?)<!-- end -->", re.S)
+FIELD = re.compile(r"\{(?P<body>re:.+?|[^{}@]+@[^{}]+)\}")
+NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every table of a markdown text as (header cells, rows of cells)."""
+    tables, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if i + 1 < len(lines) and line.startswith("|") and re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", lines[i + 1]):
+            if i > 0 and lines[i - 1].startswith("|"):
+                continue
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                rows.append(_cells(row))
+            tables.append((_cells(line), rows))
+    return tables
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def field_value(source: str, body: str) -> str:
+    """One ``{field}`` of a snippet read from the results file's text; ValueError when it is not there."""
+    if body.startswith("re:"):
+        match = re.search(body[3:], source)
+        if not match:
+            raise ValueError(f"no match for {body[3:]!r}")
+        return match.group(1)
+    row, column, *how = [part.strip() for part in body.split("@")]
+    keys = [k.strip() for k in row.split(";")]
+    for header, rows in markdown_tables(source):
+        if column not in header:
+            continue
+        for cells in rows:
+            if cells[: len(keys)] == keys:
+                value = cells[header.index(column)]
+                if how == ["num"]:
+                    number = NUMBER.search(value)
+                    if not number:
+                        raise ValueError(f"no number in {value!r}")
+                    value = number.group(0)
+                return value
+    raise ValueError(f"no table with a column {column!r} and a row {row!r}")
+
+
+def render_snippet(source: str, template: str) -> str:
+    return FIELD.sub(lambda m: field_value(source, m.group("body")), template)
+
+
+def check_snippets(path: Path, root: Path = REPO, write: bool = False) -> list[Problem]:
+    """Every ``<!-- from: … -->`` snippet of ``path`` says what its results file says now (``write``: make it)."""
+    text = path.read_text()
+    problems: list[Problem] = []
+
+    def fix(match: re.Match) -> str:
+        where = f"{path.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}"
+        source = root / match.group("src")
+        if not source.is_file():
+            problems.append(Problem(where, f"quotes {match.group('src')}: no such file"))
+            return match.group(0)
+        try:
+            want = render_snippet(source.read_text(), match.group("template"))
+        except ValueError as error:
+            problems.append(Problem(where, f"quotes {match.group('src')}: {error}"))
+            return match.group(0)
+        if want != match.group("rendered"):
+            if not write:
+                problems.append(
+                    Problem(
+                        where,
+                        f"says {match.group('rendered')!r} where {match.group('src')} says {want!r} "
+                        "(python -m testing.docs_check --write)",
+                    )
+                )
+            return match.group(0)[: match.start("rendered") - match.start()] + want + "<!-- end -->"
+        return match.group(0)
+
+    new = SNIPPET.sub(fix, text)
+    if write and new != text:
+        path.write_text(new)
+    return problems
+
+
+# ---------------------------------------------------------------- pointers from the code to the docs
+# Comments, docstrings and --help texts name a section of a page: README "Security", README, "Security",
+# README § Security, docs/scaling-out.md ("A fleet of policy servers"), docs/x.md#anchor, DESIGN.md §9.
+POINTER_EXAMPLES = {"testing/docs_check.py", "tests/unit/testing/test_docs_check.py"}  # they show the forms
+POINTER_FILES = ("*.py", "*.toml", "*.yml", "*.yaml", "*.sh", "Makefile", "Dockerfile*", ".env.example")
+PAGE = r"(?P<page>README(?:\.md)?|[\w./-]+\.md)"
+POINTER = re.compile(
+    PAGE
+    + r"(?:(?P<anchor>#[\w-]+)|(?:,? \(?|\()[\"“](?P<quoted>[^\"”]{1,120})[\"”]|,? ?§ ?(?P<section>[\w.]+(?: [\w-]+){0,5}))"
+)
+
+
+def pointer_files(root: Path = REPO) -> list[Path]:
+    """The tracked files whose comments and strings may point into the docs."""
+    run = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    names = run.stdout.split() if run.returncode == 0 else [str(p.relative_to(root)) for p in root.rglob("*")]
+    out = []
+    for name in names:
+        path = root / name
+        if name in POINTER_EXAMPLES:
+            continue
+        if path.is_file() and any(path.match(pattern) for pattern in POINTER_FILES):
+            out.append(path)
+    return out
+
+
+def check_pointers(path: Path, root: Path = REPO) -> list[Problem]:
+    """Every section a comment or string of ``path`` points to is a heading of that page."""
+    text = path.read_text(errors="replace")
+    problems = []
+    for match in POINTER.finditer(text):
+        page = match.group("page")
+        page = "README.md" if page == "README" else page
+        where = f"{path.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}"
+        dest = next((p for p in (root / page, path.parent / page) if p.is_file()), None)
+        if dest is None:
+            problems.append(Problem(where, f"points to {match.group(0)!r}: no such file {page}"))
+            continue
+        headings = anchors(dest.read_text())
+        if match.group("anchor"):
+            wanted = match.group("anchor")[1:]
+        else:  # a quoted or § section name; a line break inside it is a comment's continuation
+            words = re.sub(r"\s*\n\s*(?:#|\*|//)?\s*", " ", match.group("quoted") or match.group("section")).split()
+            # a quoted name is the heading or its start; after § the name's end is unknown: any leading words
+            tries = [words] if match.group("quoted") else [words[:n] for n in range(len(words), 0, -1)]
+            if not any(_names_heading(slug(" ".join(w)), headings) for w in tries):
+                problems.append(Problem(where, f"points to {match.group(0)!r}: {page} has no such heading"))
+            continue
+        if wanted not in headings:
+            problems.append(Problem(where, f"points to {match.group(0)!r}: {page} has no such heading"))
+    return problems
+
+
+def _names_heading(wanted: str, headings: set[str]) -> bool:
+    return any(h == wanted or h.startswith(wanted + "-") for h in headings)
+
+
+def run_checks(
+    root: Path = REPO, help_of: Callable[[tuple[str, ...]], str | None] | None = None, write: bool = False
+) -> list[Problem]:
     help_of = help_of or HelpCache(root)
     make = makefile_targets(root / "Makefile"), makefile_variables(root / "Makefile")
     problems = check_generated(root)
     for path in doc_files(root):
+        problems += check_snippets(path, root, write=write)
         problems += check_links(path, root)
         problems += check_examples(path, make, help_of, root)
+    for path in pointer_files(root):
+        problems += check_pointers(path, root)
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testing.docs_check", description=__doc__.split("\n")[0])
-    parser.parse_args(argv)
-    problems = run_checks()
+    parser.add_argument(
+        "--write", action="store_true", help="first rewrite every number quoted from a results file (<!-- from: -->)"
+    )
+    args = parser.parse_args(argv)
+    problems = run_checks(write=args.write)
     for problem in problems:
         print(problem)
     print(f"docs check: {len(doc_files())} pages, {len(problems)} problems", file=sys.stderr)

@@ -13,7 +13,7 @@ export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True   # POST /v1/load_lora_adapter and 
 export VLLM_SERVER_DEV_MODE=1                  # POST /collective_rpc, /pause, /resume, /reset_prefix_cache
 # vLLM's --api-key, from the environment (not in `ps`): with the stack's control token set, /v1 (completions,
 # LoRA loading) answers only requests that carry it, as our clients do. It does not cover the dev-mode routes
-# above: they are why HOST defaults to this host only (README, "Security").
+# above: they are why HOST defaults to this host only (docs/security.md).
 if [ -n "${CODA_CONTROL_TOKEN:-}" ]; then export VLLM_API_KEY="$CODA_CONTROL_TOKEN"; fi
 
 exec vllm serve "$MODEL" \

@@ -1,5 +1,5 @@
 """Keeps the fleet's view of its servers fresh and brings servers behind up to date: the one owner of what
-every policy server serves (weights flow one way, DESIGN.md §9).
+every policy server serves (weights flow one way, docs/architecture.md, "The pipeline").
 
 Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), the watch
 

@@ -1,4 +1,4 @@
-"""Loading weights into a policy server: the one place that does it (weights flow one way, DESIGN.md §9).
+"""Loading weights into a policy server: the one place that does it (weights flow one way, docs/architecture.md, "The pipeline").
 
 The trainer only writes ``policy-vN`` and announces it on the ``weights`` stream; the rollout's fleet watch
 (``services.rollout.fleet_watch``) alone brings every server up to the announced version, through

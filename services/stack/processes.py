@@ -188,6 +188,15 @@ class Processes:
             sup.wait_healthy(service)
         self.pending = None
         self.say("servers healthy: " + ", ".join(self.server_names))
+        self.say(self.urls_line())
+
+    def urls_line(self) -> str:
+        """Where this run's services listen (free ports, new each run): one line for the terminal."""
+        p = self.ports
+        urls = {"redis": f"redis://127.0.0.1:{p.redis}/0", "retriever": self.url(p.retriever)}
+        urls |= {"inference": self.url(p.inference), "rollout": self.url(p.rollout), "trainer": self.url(p.trainer)}
+        shown = [name for name in (*self.server_names, "rollout", "trainer") if name in urls]
+        return "urls: " + "  ".join(f"{name} {urls[name]}" for name in shown)
 
     def inference_service(self) -> Service:
         """Our CPU server, or (``inference = "vllm"``) vLLM itself with the stack's flags (deploy/vllm/serve.sh)."""

@@ -19,6 +19,8 @@ SETTINGS = [
     ("searcher", "services.searcher.config", "SearcherSettings"),
     ("trainer", "services.trainer.config", "TrainerSettings"),
     ("stack", "services.stack.config", "StackSettings"),
+    # Not a service: the RL-health alerts' thresholds, read by `make train` and the Prometheus rules generator.
+    ("RL-health alerts", "services.stack.alerts.settings", "AlertSettings"),
 ]
 
 HEADER = """# Configuration reference

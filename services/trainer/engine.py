@@ -4,7 +4,7 @@ On CPU DeepSpeed talks gloo and must not JIT-compile anything: the shared-memory
 two minutes on two cores) is switched off before init by replacing ``build_shm_op``, and the optimizer is a
 torch ``AdamW`` instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
 ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables torchrun would set, so DeepSpeed never tries MPI discovery.
-Several ranks (one host or several, see README "The trainer across hosts") wait for each other up to the
+Several ranks (one host or several, see docs/scaling-out.md, "The trainer across hosts") wait for each other up to the
 timeout given here while starting; the loop then bounds collectives tighter (``services.trainer.ranks``).
 """
 

@@ -5,7 +5,7 @@ LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}``; full: the model is 
 which model name it is to be served) goes on the ``weights`` stream, together with the admission mark
 (``shared.staleness``) that lets the rollout start the next groups, in one transaction.
 
-Weights flow one way (DESIGN.md §9): the trainer never loads them into a server. The rollout's fleet watch
+Weights flow one way (docs/architecture.md, "The pipeline"): the trainer never loads them into a server. The rollout's fleet watch
 reads the announcement and loads the folder into every policy server (``services.rollout.loader``), this
 trainer's own included, and again into one that restarted; it also unloads adapters that fell out of its
 keep window. The trainer deletes the folders that fell out of ``keep`` (the fleet keeps fewer loaded).

@@ -1,4 +1,4 @@
-"""Weights flow one way: no module outside the rollout loads weights into a policy server (DESIGN.md §9).
+"""Weights flow one way: no module outside the rollout loads weights into a policy server (docs/architecture.md, "The pipeline").
 
 An AST scan of every project module (services/, shared/, recipes/, bench/, deploy/, testing/) for a call of
 the inference client's weight-loading methods (``load_lora``, ``unload_lora``, ``reload_weights``) or a call

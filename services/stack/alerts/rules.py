@@ -99,7 +99,7 @@ RULES: tuple[Rule, ...] = (
         "StaleRollouts",
         "A large share of sampled episodes is dropped as too stale to train on.",
         "Rollouts are sampled with weights too old for max_staleness: the trainer outpaces the policy "
-        "servers' reloads, or max_staleness is too strict for this fleet. Look at `coda_trainer_staleness_*`.",
+        "servers' reloads, or `[shared] max_staleness` is too strict for this fleet. Look at `coda_trainer_staleness_*`.",
         ("stale_share", "window_steps", "window_minutes"),
         lambda s: (
             f"max(delta(coda_trainer_dropped_stale[{_w(s)}])) / "
@@ -112,7 +112,8 @@ RULES: tuple[Rule, ...] = (
         "SamplerMismatch",
         "The sampler's and the trainer's log-probabilities disagree (mismatch KL or importance weights).",
         "Check the inference server's precision and logprobs mode against the trainer's "
-        "(`[inference] logprobs_mode`, precision), the temperature both use, and that the served weights are "
+        "(`[inference] logprobs_mode`, `[inference] precision` against `[trainer] precision`), the temperature "
+        "both use (`[shared] temperature`), and that the served weights are "
         "the trained ones (`sync_max_abs_diff`). A spike after a weight load points at the load.",
         ("mismatch_kl", "mismatch_spike_factor", "is_weight_deviation", "window_steps", "window_minutes"),
         lambda s: (
@@ -125,7 +126,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "EntropyCollapse",
         "The policy's token entropy fell below a fraction of its peak: it stopped exploring.",
-        "Lower the learning rate, add an entropy bonus or clip-higher (`[trainer]`), raise the temperature; "
+        "Lower the learning rate (`[trainer] lr`), add an entropy bonus (`[trainer] entropy_coef`) or clip-higher "
+        "(`[trainer] clip_high`), raise the temperature (`[shared] temperature`); "
         "check whether the reward is being hacked with one fixed answer. Not said while the smoothed reward is "
         "at least entropy_solved_reward: a policy that solved its task may stop exploring.",
         ("entropy_fraction", "entropy_floor", "entropy_solved_reward", "window_steps", "window_minutes"),
@@ -140,7 +142,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "RewardDrop",
         "The smoothed reward fell well below its running peak: the run is unlearning.",
-        "Go back to the checkpoint of the peak; lower the learning rate; look at the clip fraction, the "
+        "Go back to the checkpoint of the peak; lower the learning rate (`[trainer] lr`); look at the clip fraction, the "
         "mismatch KL and the grad norm around the drop.",
         ("reward_drop_fraction", "reward_drop_min", "window_steps", "window_minutes"),
         _reward_drop,
@@ -187,8 +189,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ClipFractionHigh",
         "A large share of tokens is clipped: the updates move the policy too far per step.",
-        "Lower the learning rate or the number of updates per batch; check the mismatch KL (stale or "
-        "mismatched samples are clipped too).",
+        "Lower the learning rate (`[trainer] lr`); check the mismatch KL (stale or mismatched samples are "
+        "clipped too: `[shared] max_staleness`, `[inference] logprobs_mode`).",
         ("clip_fraction", "window_steps", "window_minutes"),
         lambda s: f"avg_over_time(coda_trainer_clip_fraction[{_w(s)}]) > {s.clip_fraction:g}",
         checks.clip_fraction_high,
@@ -196,7 +198,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "NonFiniteLoss",
         "A step's loss or gradient norm is NaN or infinite.",
-        "Stop and resume from the last good checkpoint with a lower learning rate; look for a reward or "
+        "Stop and resume from the last good checkpoint with a lower learning rate (`[trainer] lr`); look for a reward or "
         "log-probability that is not finite (the trainer drops such samples and says so in its log).",
         (),
         lambda s: (

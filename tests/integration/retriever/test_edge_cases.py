@@ -1,4 +1,4 @@
-"""Every edge case of reference/retrieval.md §1.6 and every kind of bad input: the right answer, never a 500."""
+"""Every edge case of the retriever's API (docs/services.md, "Retriever") and every kind of bad input: the right answer, never a 500."""
 
 from __future__ import annotations
 

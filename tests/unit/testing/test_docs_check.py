@@ -8,11 +8,14 @@ from testing.docs_check import (
     anchors,
     check_examples,
     check_links,
+    check_pointers,
+    check_snippets,
     example_commands,
     make_invocation,
     makefile_targets,
     makefile_variables,
     python_invocation,
+    render_snippet,
     slug,
 )
 
@@ -106,3 +109,73 @@ def test_examples_are_checked_against_the_makefile_and_help(tmp_path):
 def test_a_word_after_the_module_may_be_an_argument(tmp_path):
     # `python -m shared.redis_server foo --port 1`: no subcommand "foo", so the module's own help decides
     assert _examples(tmp_path, "`python -m shared.redis_server foo --port 1`") == []
+
+
+RESULTS = """\
+# A profile
+
+Warm start (10 steps): lookup F1 0.958.
+
+| layout | s/step (median) | peak RSS (MB) |
+|---|---|---|
+| before | 32.6 (32.0–33.1) | 8,069 |
+| shared | 21.0 (19.5–21.7) | 3,602 |
+
+| arm | seeds | F1 |
+|---|---|---|
+| RED | 0 | 0.972 |
+| RED | 2 | 0.979 |
+"""
+QUOTE = (
+    "<!-- from: bench/results/p.md: {before @ s/step (median) @ num} → {shared @ s/step (median) @ num} s, "
+    "{before @ peak RSS (MB)} MB, mean {RED ; 2 @ F1}, warm {re:lookup F1 (\\d\\.\\d+)} -->"
+)
+
+
+def _results(tmp_path: Path, quoted: str) -> Path:
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "p.md").write_text(RESULTS)
+    return _page(tmp_path, f"| One step | {QUOTE}{quoted}<!-- end --> |\n")
+
+
+def test_snippet_fields_read_tables_and_text():
+    rendered = render_snippet(RESULTS, QUOTE.split(": ", 2)[2].removesuffix(" -->"))
+    assert rendered == "32.6 → 21.0 s, 8,069 MB, mean 0.979, warm 0.958"
+
+
+def test_a_quoted_number_that_agrees_passes(tmp_path):
+    page = _results(tmp_path, "32.6 → 21.0 s, 8,069 MB, mean 0.979, warm 0.958")
+    assert check_snippets(page, root=tmp_path) == []
+
+
+def test_a_changed_number_fails_and_write_puts_the_results_file_back(tmp_path):
+    page = _results(tmp_path, "34.5 → 20.0 s, 8,069 MB, mean 0.979, warm 0.958")  # planted disagreement
+    problems = [p.what for p in check_snippets(page, root=tmp_path)]
+    assert len(problems) == 1 and "34.5 → 20.0 s" in problems[0] and "32.6 → 21.0 s" in problems[0]
+    assert check_snippets(page, root=tmp_path, write=True) == []
+    assert "32.6 → 21.0 s, 8,069 MB" in page.read_text() and check_snippets(page, root=tmp_path) == []
+
+
+def test_a_results_file_that_lost_the_number_fails(tmp_path):
+    page = _results(tmp_path, "32.6 → 21.0 s, 8,069 MB, mean 0.979, warm 0.958")
+    (tmp_path / "bench" / "results" / "p.md").write_text(RESULTS.replace("| shared |", "| shared, 2 threads |"))
+    assert [p.what for p in check_snippets(page, root=tmp_path)] == [
+        "quotes bench/results/p.md: no table with a column 's/step (median)' and a row 'shared'"
+    ]
+
+
+def test_section_pointers_in_comments_must_name_a_heading(tmp_path):
+    (tmp_path / "README.md").write_text("# Title\n## Security: who may drive it\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "scaling-out.md").write_text("# Scaling out\n## A fleet of policy servers\n")
+    code = tmp_path / "compose.yml"
+    code.write_text(
+        '# fine: README "Security", docs/scaling-out.md ("A fleet of policy\n# servers"), README § Security\n'
+        "# fine: docs/scaling-out.md#a-fleet-of-policy-servers\n"
+        '# dead: README, "Scaling out" and docs/scaling-out.md#the-trainer and DESIGN.md §9\n'
+    )
+    assert [str(p) for p in check_pointers(code, root=tmp_path)] == [
+        "compose.yml:4: points to 'README, \"Scaling out\"': README.md has no such heading",
+        "compose.yml:4: points to 'docs/scaling-out.md#the-trainer': docs/scaling-out.md has no such heading",
+        "compose.yml:4: points to 'DESIGN.md §9': no such file DESIGN.md",
+    ]
