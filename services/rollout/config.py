@@ -166,7 +166,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     drop_flat_groups: bool = Field(
         False,
         description="Dynamic sampling (DAPO): a scored group without learning signal (all its samples, of every role, "
-        "got the same reward: the trainer's advantage is 0 whatever its role_baseline; shared.learning_signal) is not published; its "
+        "got the same reward: the trainer's advantage is 0 whatever its role_baseline; shared.protocol.trajectory) is not published; its "
         "admission slot goes to a new prompt at once, so each training step gets groups that teach (counted: "
         "groups_total{outcome=no_signal}). Costs rollout time, and those groups' KL/entropy terms",
     )

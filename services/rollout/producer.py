@@ -32,9 +32,9 @@ from services.rollout.fleet_runner import FleetRunner
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import Scorer, build_group
-from shared.learning_signal import has_signal
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
+from shared.protocol.trajectory import has_signal
 from shared.retry import Failure, classify
 from shared.staleness import group_staleness
 from shared.stream import StreamQueue

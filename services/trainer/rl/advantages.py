@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from shared.learning_signal import RoleMode, flat
+from shared.protocol.trajectory import RoleMode, flat
 
 if TYPE_CHECKING:
     from shared.protocol.trajectory import TrajectoryGroup

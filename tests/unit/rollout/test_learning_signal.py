@@ -1,4 +1,4 @@
-"""Which groups teach: the one definition (``shared.learning_signal``) per role mode, checked by hand and against
+"""Which groups teach: the one definition (``shared.protocol.trajectory``) per role mode, checked by hand and against
 the trainer's own advantages (a group has signal exactly when some row's advantage is nonzero)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from services.rollout.producer import group_has_signal
 from services.trainer.rl.advantages import group_advantages, role_advantages
-from shared.learning_signal import flat, has_signal
 from shared.protocol import Sample, TrajectoryGroup
+from shared.protocol.trajectory import flat, has_signal
 
 P, E = "planner", "executor"
 
