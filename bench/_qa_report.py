@@ -208,10 +208,11 @@ def type_table(doc: dict, dataset: str) -> list[str]:
 
 def delegation_table(doc: dict, dataset: str) -> list[str]:
     """The CoDA arms' runs: how the planner split the questions (rows recorded with ``tasks``; older runs have
-    none)."""
+    none, and an episode that failed, e.g. timed out, has no record of its tasks: it is left out here)."""
     prefixes = tuple(f"{dataset}/{m}/" for m in CODA_LIKE)
     runs = [(key, r) for key, r in sorted(doc["runs"].items()) if key.startswith(prefixes)]
-    runs = [(key, r) for key, r in runs if r["rows"] and all("tasks" in row for row in r["rows"])]
+    runs = [(key, [row for row in r["rows"] if "tasks" in row]) for key, r in runs]
+    runs = [(key, rows) for key, rows in runs if rows]
     if not runs:
         return []
     out = [
@@ -223,8 +224,7 @@ def delegation_table(doc: dict, dataset: str) -> list[str]:
         "final = an executor's answer | final F1 |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for key, run in runs:
-        rows = run["rows"]
+    for key, rows in runs:
         tasks = sum(row["tasks"] for row in rows)
         out.append(
             f"| {key} | {len(rows)} | {tasks / len(rows):.2f} | {_share(row['tasks'] >= 2 for row in rows)} | "
@@ -241,10 +241,10 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
     today = _current_types(dataset)
     out = []
     for method in CODA_LIKE:
-        runs = [r for r in _runs(doc, dataset, method) if r["rows"] and all("empty_answers" in x for x in r["rows"])]
+        runs = [r for r in _runs(doc, dataset, method) if any("empty_answers" in x for x in r["rows"])]
         if not runs:
             continue
-        rows = [row for run in runs for row in run["rows"]]
+        rows = [row for run in runs for row in run["rows"] if "empty_answers" in row]  # failed episodes: no record
         by_type: dict[str, list[dict]] = defaultdict(list)
         for row in rows:
             by_type[today.get(row["id"], row["type"])].append(row)
