@@ -47,14 +47,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 import psutil  # noqa: E402
-import torch  # noqa: E402
 
 from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
@@ -63,12 +61,10 @@ from bench._qa_curve import Snapshots, curve_points, open_subset_note, write_cur
 from bench._qa_delegations import delegations, expected_results  # noqa: E402
 from bench._qa_report import write_report  # noqa: E402
 from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
+from bench._qa_settings import SETTINGS, check_env, coda_reward, commit, matmul_precision  # noqa: E402,F401
 from recipes import get_agent  # noqa: E402
-from recipes.coda import CoDAParams  # noqa: E402
-from services.rollout.config import RolloutSettings  # noqa: E402
+from services.rollout.config import RolloutSettings  # noqa: E402,F401  re-exported beside check_env, which loads the arms' recipes with it
 from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
-from services.trainer.config import TrainerSettings  # noqa: E402
-from shared.precision import compute_dtype  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -78,7 +74,6 @@ MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
 JOB_TIMEOUT_S = 4 * 3600.0
 SEARCHER_ADAPTER = "searcher"  # the name thinker-searcher's frozen searcher adapter is served under
 SEARCHERS = ("coda-sft", "sft", "base")  # --searcher: the arm whose final adapter the searcher is, or base
-SETTINGS = {"CODA_ROLLOUT_": RolloutSettings, "CODA_TRAINER_": TrainerSettings}  # what an arm's env may set
 
 
 def say(message: str) -> None:
@@ -87,32 +82,6 @@ def say(message: str) -> None:
 
 def recipe_of(dataset: str, method: str) -> str:
     return str(ROOT / "configs" / f"{RECIPES[ARMS[method].recipe].format(dataset)}.toml")
-
-
-def check_env(recipe: str, env: dict[str, str]) -> None:
-    """Refuse an arm's environment that a service would ignore or reject: every ``CODA_ROLLOUT_``/``CODA_TRAINER_``
-    name must be a field of that service's settings and its value valid there (pydantic ignores an unknown
-    variable silently: an ablation would run as the default and be reported as the ablation)."""
-    for name, value in env.items():
-        for prefix, settings in SETTINGS.items():
-            if not name.startswith(prefix):
-                continue
-            key = name.removeprefix(prefix).lower()
-            if key not in settings.model_fields and key not in settings.moved_keys:  # an agent's knob: flat spelling
-                raise SystemExit(f"{name}: {settings.__name__} has no setting {key!r} (recipe {recipe})")
-            try:
-                settings.load(recipe, **{key: value})
-            except ValueError as exc:
-                raise SystemExit(f"{name}={value}: {settings.__name__} refuses it:\n{exc}") from None
-
-
-def coda_reward(recipe: str, env: dict[str, str]) -> str:
-    """The reward a CoDA run trains with, ``reward_mode / role_baseline`` (the rollout's and the trainer's: the
-    arm's environment over --set over the recipe); recorded with the run (the arm ``coda`` had the shared reward
-    before the recipes made the per-role one their default)."""
-    rollout = RolloutSettings.load(recipe, reward_mode=env.get("CODA_ROLLOUT_REWARD_MODE"))
-    trainer = TrainerSettings.load(recipe, role_baseline=env.get("CODA_TRAINER_ROLE_BASELINE"))
-    return f"{CoDAParams.of(rollout).reward_mode} / {trainer.role_baseline}"
 
 
 def searcher_adapter(root: Path, dataset: str, source: str, seed: int) -> Path:
@@ -435,22 +404,6 @@ class Bench:
     def save(self) -> None:
         results.write(self.doc, self.a.name, RESULTS)
         write_report(self.doc, RESULTS / f"{self.a.name}.md")
-
-
-def commit() -> str:
-    """The commit the run measured (recipes change between runs: the report names what each row ran)."""
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "configs"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() + ("+configs" if dirty.stdout.strip() else "")
-
-
-def matmul_precision(recipe: str, sets: list[str]) -> str:
-    """What the trainer computed in: its ``precision`` (--set over the trainer's own settings: environment,
-    recipe, default) resolved on this CPU. auto means bf16 autocast on a CPU that multiplies bf16 natively
-    (shared.precision), and that alone changes the seconds of a step several-fold between machines."""
-    named = dict(pair.split("=", 1) for pair in sets)
-    precision = TrainerSettings.load(recipe, precision=named.get("CODA_TRAINER_PRECISION")).precision
-    return "bf16" if compute_dtype(precision, "cpu") == torch.bfloat16 else "fp32"
 
 
 def main() -> None:

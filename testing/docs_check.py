@@ -384,7 +384,7 @@ def check_snippets(path: Path, root: Path = REPO, write: bool = False) -> list[P
 
 # ---------------------------------------------------------------- pointers from the code to the docs
 # Comments, docstrings and --help texts name a section of a page: README "Security", README, "Security",
-# README § Security, docs/scaling-out.md ("A fleet of policy servers"), docs/x.md#anchor, DESIGN.md §9.
+# README § Security, docs/scaling-out.md ("A fleet of policy servers"), docs/x.md#anchor, docs/architecture.md §2.
 POINTER_EXAMPLES = {"testing/docs_check.py", "tests/unit/testing/test_docs_check.py"}  # they show the forms
 POINTER_FILES = ("*.py", "*.toml", "*.yml", "*.yaml", "*.sh", "Makefile", "Dockerfile*", ".env.example")
 PAGE = r"(?P<page>README(?:\.md)?|[\w./-]+\.md)"
