@@ -3,7 +3,7 @@
 An override is an environment variable ``CODA_<SERVICE>_<KEY>`` (the services' settings read it over the
 recipe: docs/configuration.md), so an arm runs alone as its command line says, e.g.
 
-    CODA_TRAINER_RED_MODE=grpo_only CODA_STACK_TRAIN_BUDGET_S=240 CODA_TRAINER_MAX_STEPS=1000 \\
+    CODA_TRAINER_RED__MODE=grpo_only CODA_STACK_TRAIN_BUDGET_S=240 CODA_TRAINER_MAX_STEPS=1000 \\
         .venv/bin/python -m services.stack train --recipe configs/smol-cpu.toml
 
 ``SMOL`` are the arms ``python -m bench.ablation`` runs (the real model on CPU, bench/results/ablation.md);
@@ -31,27 +31,27 @@ class Arm:
 # One budget for every smol arm: equal wall time after the shared warm start ends an arm, not a step count.
 SMOL_BUDGET = {"CODA_STACK_TRAIN_BUDGET_S": "240", "CODA_TRAINER_MAX_STEPS": "1000"}
 SMOL = {
-    "grpo": Arm("GRPO only", "configs/smol-cpu.toml", {"CODA_TRAINER_RED_MODE": "grpo_only", **SMOL_BUDGET}),
+    "grpo": Arm("GRPO only", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "grpo_only", **SMOL_BUDGET}),
     "sft": Arm(
         "SFT only",
         "configs/smol-cpu.toml",
-        {"CODA_TRAINER_RED_MODE": "fixed", "CODA_TRAINER_SFT_ONLY": "true", **SMOL_BUDGET},
+        {"CODA_TRAINER_RED__MODE": "fixed", "CODA_TRAINER_SFT_ONLY": "true", **SMOL_BUDGET},
     ),
-    "fixed": Arm("fixed SFT weight + GRPO", "configs/smol-cpu.toml", {"CODA_TRAINER_RED_MODE": "fixed", **SMOL_BUDGET}),
-    "red": Arm("full RED (SFT + GRPO)", "configs/smol-cpu.toml", {"CODA_TRAINER_RED_MODE": "red", **SMOL_BUDGET}),
+    "fixed": Arm("fixed SFT weight + GRPO", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "fixed", **SMOL_BUDGET}),
+    "red": Arm("full RED (SFT + GRPO)", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "red", **SMOL_BUDGET}),
 }
 
 # red-coda.toml at the ablation budget (200 steps, warm-up 0.1 of them); full RED is the recipe as it ships.
 RED_CODA_BUDGET = {"CODA_TRAINER_MAX_STEPS": "200", "CODA_TRAINER_WARMUP_STEPS": "20"}
 RED_CODA = {
-    "grpo": Arm("GRPO only", "configs/red-coda.toml", {"CODA_TRAINER_RED_MODE": "grpo_only", **RED_CODA_BUDGET}),
+    "grpo": Arm("GRPO only", "configs/red-coda.toml", {"CODA_TRAINER_RED__MODE": "grpo_only", **RED_CODA_BUDGET}),
     "fixed-sft": Arm(
         "fixed SFT weight + GRPO",
         "configs/red-coda.toml",
         {
-            "CODA_TRAINER_RED_MODE": "fixed",
-            "CODA_TRAINER_RED_G": "1.0",
-            "CODA_TRAINER_RED_ACCURACY_AWARE": "false",
+            "CODA_TRAINER_RED__MODE": "fixed",
+            "CODA_TRAINER_RED__G": "1.0",
+            "CODA_TRAINER_RED__ACCURACY_AWARE": "false",
             **RED_CODA_BUDGET,
         },
     ),

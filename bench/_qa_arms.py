@@ -46,7 +46,7 @@ ARMS = {
         "(g) CoDA, GRPO + RED, shared reward (ablation)",
         "coda",
         "rl",
-        {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
+        {"CODA_ROLLOUT_CODA__REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
     ),
     "thinker-searcher": Arm("(h) Thinker + frozen searcher, GRPO + RED", "thinker", "rl"),
     # Rejection-sampling fine-tuning: the same warm start, then the policy's own correct samples as its

@@ -372,7 +372,7 @@ def write_report(doc: dict, md: Path) -> None:
         "warm start, then GRPO + RED with the recipe's reward (per role, `recipes/rewards/peco.py`, executors with "
         "their own baseline, since the recipes made it the default; the reward each run had is named under the "
         "table); (g) the same with CoDA's shared reward and the planner's advantage inherited by its executors "
-        "(`CODA_ROLLOUT_REWARD_MODE=shared`, `CODA_TRAINER_ROLE_BASELINE=inherit`). (h) a Thinker trained like (d) "
+        "(`CODA_ROLLOUT_CODA__REWARD_MODE=shared`, `CODA_TRAINER_ROLE_BASELINE=inherit`). (h) a Thinker trained like (d) "
         "whose searches go to a frozen searcher (`smol-thinker-*`; its searcher is named under the table). "
         "Trained methods: demonstrations of the same questions (make-sft over the train split; the CoDA arms' in "
         "CoDA's format) and "

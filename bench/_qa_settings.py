@@ -26,10 +26,13 @@ def check_env(recipe: str, env: dict[str, str]) -> None:
             if not name.startswith(prefix):
                 continue
             key = name.removeprefix(prefix).lower()
-            if key not in settings.model_fields and key not in settings.moved_keys:  # an agent's knob: flat spelling
+            table, _, inner = key.partition("__")  # a nested table's key: CODA_ROLLOUT_CODA__REWARD_MODE
+            field = settings.model_fields.get(table)
+            known = field is not None and (not inner or inner in getattr(field.annotation, "model_fields", {}))
+            if not known:
                 raise SystemExit(f"{name}: {settings.__name__} has no setting {key!r} (recipe {recipe})")
             try:
-                settings.load(recipe, **{key: value})
+                settings.load(recipe, **({table: {inner: value}} if inner else {key: value}))
             except ValueError as exc:
                 raise SystemExit(f"{name}={value}: {settings.__name__} refuses it:\n{exc}") from None
 
@@ -38,7 +41,8 @@ def coda_reward(recipe: str, env: dict[str, str]) -> str:
     """The reward a CoDA run trains with, ``reward_mode / role_baseline`` (the rollout's and the trainer's: the
     arm's environment over --set over the recipe); recorded with the run (the arm ``coda`` had the shared reward
     before the recipes made the per-role one their default)."""
-    rollout = RolloutSettings.load(recipe, reward_mode=env.get("CODA_ROLLOUT_REWARD_MODE"))
+    mode = env.get("CODA_ROLLOUT_CODA__REWARD_MODE")
+    rollout = RolloutSettings.load(recipe, coda={"reward_mode": mode} if mode else None)
     trainer = TrainerSettings.load(recipe, role_baseline=env.get("CODA_TRAINER_ROLE_BASELINE"))
     return f"{CoDAParams.of(rollout).reward_mode} / {trainer.role_baseline}"
 

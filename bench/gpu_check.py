@@ -199,7 +199,7 @@ def main() -> None:
         "CODA_TRAINER_MAX_STEPS": str(args.steps),
         "CODA_STACK_WARM_START_STEPS": "2",
         "CODA_STACK_EVAL_LIMIT": "0",  # no evals: the check is the training path
-        "CODA_TRAINER_SYNC_CHECK": "true",
+        "CODA_TRAINER_SYNC__CHECK": "true",
         # An untrained (or random) policy earns no reward: its groups go through the GRPO loss all the same.
         "CODA_TRAINER_SKIP_ZERO_ADVANTAGE": "false",
         "CODA_TRAINER_CHECKPOINT_EVERY": str(args.steps),

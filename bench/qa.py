@@ -17,7 +17,7 @@ held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, 
 - ``coda``: CoDA's planner + executor, the same warm start (CoDA demonstrations), then GRPO + RED with the
   recipe's reward (per role: ``recipes/rewards/peco.py``, executors with their own baseline);
 - ``coda-shared``: ``coda`` with CoDA's shared reward and the planner's advantage inherited by its executors
-  (``CODA_ROLLOUT_REWARD_MODE=shared``, ``CODA_TRAINER_ROLE_BASELINE=inherit``): the ablation;
+  (``CODA_ROLLOUT_CODA__REWARD_MODE=shared``, ``CODA_TRAINER_ROLE_BASELINE=inherit``): the ablation;
 - ``thinker-searcher``: a Thinker (``configs/smol-thinker-<name>.toml``) trained like ``flat`` (flat
   demonstrations, warm start, GRPO + RED) whose ``<search>`` goes to the searcher service: a frozen search
   agent that searches the same retriever and answers the query. Which model it is: ``--searcher``; by default
@@ -271,7 +271,7 @@ class Bench:
                 "CODA_ROLLOUT_SEED": str(seed),
                 **arm.env,
             }
-            sft_only = {"CODA_TRAINER_SFT_ONLY": "true", "CODA_TRAINER_RED_MODE": "fixed"}
+            sft_only = {"CODA_TRAINER_SFT_ONLY": "true", "CODA_TRAINER_RED__MODE": "fixed"}
             if arm.training == "sft":
                 used = self.train_for(
                     stack,

@@ -9,9 +9,7 @@ services its episodes reach, the roles it trains and its default answer metric. 
 An agent's own knobs (CoDA's executor budget and reward weights, …) are an ``AgentParams`` model in the agent's
 module, defaults and descriptions included, named by its recipe table (``table``): the rollout's settings hold one
 field per table, built from the agent list, so CoDA's are ``[rollout.coda]`` keys (``CODA_ROLLOUT_CODA__…``
-variables). Their older flat spellings (``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS``,
-``--executor-max-turns``) still set them (``shared.settings``: ``moved_keys``). The agent reads its own with
-``of(settings)``.
+variables, ``--coda JSON``). The agent reads its own with ``of(settings)``.
 
 An agent's demonstrations, what make-sft writes for its SFT, are a ``DemoFormat`` in the agent's module
 (``recipes.core.demonstrations`` holds what every format shares); make-sft only calls it.

@@ -131,7 +131,6 @@ class BatchingRetriever:
         self.inner, self.window_s, self.max_queries = inner, window_s, max_queries
         self._pending: list[tuple[list[str], int | None, asyncio.Future]] = []
         self._flusher: asyncio.Task | None = None
-        self.requests = 0  # batches sent (for tests and metrics)
         self._inflight: set[asyncio.Task] = set()  # referenced so the loop cannot drop them mid-request
 
     async def retrieve(self, queries: list[str], topk: int | None = None) -> list[list[RetrievedDocument]]:
@@ -164,7 +163,6 @@ class BatchingRetriever:
             task.add_done_callback(self._inflight.discard)
 
     async def _send(self, topk: int | None, items: list) -> None:
-        self.requests += 1
         try:
             results = await self.inner.retrieve([q for queries, _, _ in items for q in queries], topk=topk)
         except Exception as exc:  # every waiting episode gets the failure, none hangs

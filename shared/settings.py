@@ -8,11 +8,11 @@ staleness bound, the sampling temperature, stream and key names) are written onc
 service takes the ones it uses (``shared_keys``: shared name → its own field), and its own table wins where
 both set one. ``contract()`` is the pipeline contract as a service holds it.
 
-A field that is a model of its own is a nested table (``[rollout.coda]``, env ``CODA_ROLLOUT_CODA__KEY``, flag
-``--coda JSON``). Keys that moved into one keep their old flat spelling (``moved_keys``: old key → its table):
-``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS`` and ``--executor-max-turns`` set
-``coda.executor_max_turns``, each at its own precedence. One place (the recipe, the environment, the command line)
-that sets a key both ways is an error naming both.
+A field that is a model of its own is a nested table (``[trainer.lora]``, env ``CODA_TRAINER_LORA__RANK``, flag
+``--lora JSON``). Keys that moved into one keep their old flat spelling for one release (``moved_keys``: old key →
+``table.key``): ``[trainer] lora_rank``, ``CODA_TRAINER_LORA_RANK`` and ``--lora-rank`` set ``lora.rank``, each at
+its own precedence, with a logged warning that names the new key. One place (the recipe, the environment, the
+command line) that sets a key both ways is an error naming both.
 
     class RetrieverSettings(ServiceSettings):
         model_config = service_config("CODA_RETRIEVER_")
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
+import logging
 import os
 import tomllib
 import types
@@ -44,6 +45,7 @@ RECIPE_ENV = "CODA_RECIPE"
 # [shared] keys, each read by the services that declare it in ``shared_keys``: the pipeline contract's fields
 # and a few more that are the same for every service reading them.
 SHARED_KEYS = frozenset({"model", "system_prompt", "env_turn", "redis_url", *PipelineContract.model_fields})
+log = logging.getLogger(__name__)
 _recipe: contextvars.ContextVar[str | None] = contextvars.ContextVar("coda_recipe", default=None)
 
 
@@ -99,8 +101,9 @@ class TomlSectionSource(PydanticBaseSettingsSource):
 
 
 class MovedKeys(PydanticBaseSettingsSource):
-    """Another source's values with the old flat keys of nested tables moved into their tables; for the
-    environment, also the old flat variables (``PREFIX<KEY>``), which the environment source no longer reads."""
+    """Another source's values with the old flat keys of nested tables moved into their tables, each with a
+    warning naming the new key; for the environment, also the old flat variables (``PREFIX<KEY>``), which the
+    environment source does not read. ``where``: the recipe, the environment or the command line."""
 
     def __init__(
         self, settings_cls: type[ServiceSettings], source: PydanticBaseSettingsSource, where: str, env: bool = False
@@ -116,29 +119,43 @@ class MovedKeys(PydanticBaseSettingsSource):
         prefix = cls.model_config.get("env_prefix", "").lower()
         env = {k.lower(): v for k, v in os.environ.items()}
         out = {}
-        for key, table in cls.moved_keys.items():
+        for key in cls.moved_keys:
             raw = env.get(prefix + key)
             if raw is not None:
-                field = cls.model_fields[table].annotation.model_fields[key]
-                out[key] = _parse_cli_value(raw, field)
+                out[key] = _parse_cli_value(raw, cls.moved_field(key))
         return out
+
+    def _spelling(self, key: str) -> str:
+        """``key`` (flat, or ``table.key``) as this place writes it."""
+        cls = self.settings_cls
+        table, _, inner = key.rpartition(".")
+        if self.env:
+            prefix = cls.model_config.get("env_prefix", "")
+            return prefix + (f"{table}__{inner}" if table else key).upper()
+        if self.where == "the command line":
+            return f"--{table.replace('_', '-')} '{{\"{inner}\": …}}'" if table else "--" + key.replace("_", "-")
+        return f"[{cls.toml_section}.{table}] {inner}" if table else f"[{cls.toml_section}] {key}"
 
     def __call__(self) -> dict[str, Any]:
         values = dict(self.source())
         if self.env:
             values.update(self._old_variables())
-        section = self.settings_cls.toml_section
-        for key, table in self.settings_cls.moved_keys.items():
+        for key, moved in self.settings_cls.moved_keys.items():
             if key not in values:
                 continue
-            nested = dict(values.get(table) or {})
-            if key in nested:
-                raise ValueError(
-                    f"{self.where} sets {key!r} twice: flat (the old [{section}] key) and in [{section}.{table}]; "
-                    f"keep the [{section}.{table}] one"
-                )
-            nested[key] = values.pop(key)
-            values[table] = nested
+            table, inner = moved.split(".")
+            nested = values.get(table) or {}
+            nested = dict(nested) if isinstance(nested, (dict, BaseModel)) else nested
+            old, new = self._spelling(key), self._spelling(moved)
+            if isinstance(nested, dict) and inner in nested:
+                raise ValueError(f"{self.where} sets {old} and {new}, the same setting: keep {new}")
+            if isinstance(nested, dict):
+                nested[inner] = values.pop(key)
+                values[table] = nested
+            log.warning(
+                "%s: %s is now %s; the old key goes in the next release", self.where, old, new,
+                extra={"old_key": old, "new_key": new},
+            )
         return values
 
 
@@ -149,7 +166,15 @@ class ServiceSettings(BaseSettings):
     toml_section: ClassVar[str] = "common"
     shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
     contract_fields: ClassVar[dict[str, str]] = {}  # pipeline contract field → this service's field
-    moved_keys: ClassVar[dict[str, str]] = {}  # an old flat key → the nested table (a model field) it moved into
+    # an old flat key → ``table.key``, where it moved (a nested table: a model field); the old one still works,
+    # with a warning, for one release
+    moved_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def moved_field(cls, key: str) -> FieldInfo:
+        """The field an old flat key (``moved_keys``) now sets."""
+        table, inner = cls.moved_keys[key].split(".")
+        return cls.model_fields[table].annotation.model_fields[inner]
 
     def contract_values(self) -> dict[str, Any]:
         """The fields of the pipeline contract this service holds, under the contract's names."""
@@ -210,8 +235,7 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def _flag_fields(cls) -> dict[str, FieldInfo]:
         """The fields with a flag: every field, and each moved key under its old flat name."""
-        moved = {key: cls.model_fields[table].annotation.model_fields[key] for key, table in cls.moved_keys.items()}
-        return {**cls.model_fields, **moved}
+        return {**cls.model_fields, **{key: cls.moved_field(key) for key in cls.moved_keys}}
 
     @classmethod
     def from_args(cls, args: argparse.Namespace):

@@ -27,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     sync = sub.add_parser(
         "sync-weights",
         help="only the weight sync: follow the weights stream and load every announced version into every "
-        "policy server (a trainer run without a rollout: tests, benchmarks)",
+        "policy server (for a trainer that trains on no episodes: [trainer] sft_only)",
     )
     RolloutSettings.add_arguments(sync)
     return p

@@ -2,8 +2,7 @@
 
 The knobs only one agent reads are defined beside that agent (``recipes.coda.CoDAParams``, …): the settings hold
 one field per agent module, typed by its params model and named by its table (``coda`` ← ``[rollout.coda]``,
-``CODA_ROLLOUT_CODA__…``), built from the agent list (``recipes.agent_params``). Their old flat spellings
-(``[rollout] executor_max_turns``, ``CODA_ROLLOUT_EXECUTOR_MAX_TURNS``) still set them (``moved_keys``).
+``CODA_ROLLOUT_CODA__…``, ``--coda JSON``), built from the agent list (``recipes.agent_params``).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ AgentKnobs = create_model(
 class RolloutSettings(ServiceSettings, AgentKnobs):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
-    moved_keys: ClassVar[dict[str, str]] = {key: t for t, p in AGENT_TABLES.items() for key in p.model_fields}
     # model_name: the rollout's name of the contract's served_model_name, from before there was one.
     contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="model_name")
     shared_keys: ClassVar[dict[str, str]] = {

@@ -6,7 +6,7 @@ Two parts, started and stopped together: the ``WeightFollower`` (``services.roll
 The follower's newest event is where the watch finds the live weights.
 
 ``serve`` runs it beside the producer; ``python -m services.rollout sync-weights`` runs it alone, for a
-trainer that runs without episodes from a rollout (tests, benchmarks); ``eval`` of the live policy uses it
+trainer that trains on no episodes (``[trainer] sft_only``) while its published weights are served; ``eval`` of the live policy uses it
 once (``serve_live``) to load the last announced version into its server.
 """
 

@@ -294,7 +294,7 @@ class LocalStack:
                 rollouts=False,
                 budgeted=False,
                 CODA_TRAINER_SFT_ONLY="true",
-                CODA_TRAINER_RED_MODE="fixed",
+                CODA_TRAINER_RED__MODE="fixed",
                 CODA_TRAINER_MAX_STEPS=str(n),
             )
         if not self.evals:

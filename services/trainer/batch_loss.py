@@ -1,7 +1,7 @@
 """The RL objective of one micro-batch: the trainer's tensors handed to ``rl.loss.rl_loss``; its metrics (the
 typed ``metrics.RlMetrics``) as sums over a step's micro-batches (``RlSums``).
 
-Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``is_mode``:
+Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``[trainer.importance] mode``:
   ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
       μ itself, so no extra forward pass for π_old; the clipped ratio covers both the sampler/trainer
       mismatch and the staleness of off-policy samples;
@@ -29,10 +29,7 @@ def loss_config(s: TrainerSettings) -> LossConfig:
         kl_coef=s.kl_coef,
         kl_estimator=s.kl_estimator,
         entropy_coef=s.entropy_coef,
-        is_mode=s.is_mode,
-        is_cap=s.is_cap,
-        is_seq_min=s.is_seq_min,
-        is_seq_max=s.is_seq_max,
+        importance=s.importance,
     )
 
 
@@ -50,7 +47,7 @@ class Objective:
         self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch, norms: dict[str, float]
     ) -> tuple[torch.Tensor, RlSums]:
         sampler = batch.fields["old_logp"]
-        bypass = self.cfg.is_mode == "none"
+        bypass = self.cfg.importance.mode == "none"
         inputs = LossInputs(
             logp=logp,
             old_logp=sampler if bypass else logp.detach(),

@@ -1,14 +1,102 @@
-"""Trainer settings: one pydantic-settings class (env prefix ``CODA_TRAINER_``, recipe table ``[trainer]``)."""
+"""Trainer settings: one pydantic-settings class (env prefix ``CODA_TRAINER_``, recipe table ``[trainer]``).
+
+The settings of one part are a nested table of their own, a model the part reads whole: ``[trainer.lora]``
+(``LoraSettings``), ``[trainer.importance]`` (``ImportanceSampling``), ``[trainer.red]``
+(``services.trainer.rl.red.REDConfig``), ``[trainer.sync]`` (``SyncCheck``) and ``[trainer.wandb]``
+(``WandbSettings``); env ``CODA_TRAINER_LORA__RANK``, flag ``--lora JSON``. Their flat spellings of the release
+before (``[trainer] lora_rank``, ``CODA_TRAINER_LORA_RANK``, ``--lora-rank``) still set them, with a warning
+naming the new key (``MOVED``); they go in the next release.
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.trainer.rl.red import REDConfig
 from shared.contract import contract_field, contract_names
 from shared.precision import Precision
 from shared.settings import ServiceSettings, service_config
+
+
+class LoraSettings(BaseModel):
+    """The LoRA adapter of ``finetune = "lora"`` (peft)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(16, ge=1, description="LoRA rank r")
+    alpha: int = Field(32, ge=1, description="LoRA alpha")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout")
+    targets: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters"
+    )
+    layers: int = Field(
+        0,
+        ge=0,
+        description="LoRA on the top N decoder layers only (0: every layer). Backward then stops at the lowest "
+        "adapted layer and the layers below keep no activations: less time and memory a step, fewer weights to learn "
+        "(smol-2wiki, top 10 of 30: trainer compute 2.6x faster, held-out F1 0.181 against 0.293; "
+        "bench/results/qa-rlstep-top10.md)",
+    )
+
+
+class ImportanceSampling(BaseModel):
+    """Importance sampling against the sampler's logprobs μ (``services.trainer.batch_loss``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
+        "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)"
+    )
+    cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
+    seq_min: float = Field(0.5, gt=0, description="Lower edge of the sequence ratio band (geometric mean)")
+    seq_max: float = Field(2.0, gt=0, description="Upper edge of the sequence ratio band (geometric mean)")
+
+
+class SyncCheck(BaseModel):
+    """The sync check: after a publish, the server's logprobs of a probe against the trainer's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
+    wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long the sync check waits for the rollout to load a published version into the "
+        "server before it is skipped with a warning",
+    )
+    prompt: list[int] | None = Field(
+        None,
+        description="Probe prompt token ids of the sync check (default: a fixed question through the model's chat "
+        "template; a prompt of special-token ids made fp32 kernel noise alone exceed 1e-4 on vLLM's CPU build)",
+    )
+    tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")
+    tolerance: float = Field(
+        0.5,
+        gt=0,
+        description="Sync-check difference (nats) above which a warning says the server is not serving "
+        "the trainer's weights (fp32: ~1e-6; bf16: ~1e-2; another base model: > 1)",
+    )
+
+
+class WandbSettings(BaseModel):
+    """Weights & Biases logging."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str | None = Field(None, description="wandb project (None = wandb off)")
+    mode: Literal["offline", "online"] = Field("offline", description="wandb mode")
+
+
+# The flat keys of the release before, each → where it moved (warned; they go in the next release).
+MOVED = {
+    **{f"lora_{k}": f"lora.{k}" for k in LoraSettings.model_fields},
+    **{f"is_{k}": f"importance.{k}" for k in ImportanceSampling.model_fields},
+    **{f"red_{k}": f"red.{k}" for k in REDConfig.model_fields},
+    **{f"sync_{k}": f"sync.{k}" for k in SyncCheck.model_fields},
+    **{f"wandb_{k}": f"wandb.{k}" for k in WandbSettings.model_fields},
+}
 
 
 class TrainerSettings(ServiceSettings):
@@ -19,6 +107,7 @@ class TrainerSettings(ServiceSettings):
     # served_model: the trainer's name of the contract's served_model_name, from before there was one.
     contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="served_model")
     shared_keys: ClassVar[dict[str, str]] = {"model": "model", "redis_url": "redis_url", **contract_fields}
+    moved_keys: ClassVar[dict[str, str]] = MOVED
 
     # ---------------------------------------------------------------- model and engine
     model: str = Field("models/tiny", description="Hugging Face model folder of the initial policy")
@@ -26,20 +115,7 @@ class TrainerSettings(ServiceSettings):
         None, description="Folder of the fixed KL reference (default: the initial policy `model`)"
     )
     finetune: Literal["full", "lora"] = Field("full", description="Full fine-tuning or a LoRA adapter (peft)")
-    lora_rank: int = Field(16, ge=1, description="LoRA rank r")
-    lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout")
-    lora_targets: list[str] = Field(
-        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters"
-    )
-    lora_layers: int = Field(
-        0,
-        ge=0,
-        description="LoRA on the top N decoder layers only (0: every layer). Backward then stops at the lowest "
-        "adapted layer and the layers below keep no activations: less time and memory a step, fewer weights to learn "
-        "(smol-2wiki, top 10 of 30: trainer compute 2.6x faster, held-out F1 0.181 against 0.293; "
-        "bench/results/qa-rlstep-top10.md)",
-    )
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="The LoRA adapter ([trainer.lora])")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory")
     precision: Precision = Field(
@@ -118,33 +194,21 @@ class TrainerSettings(ServiceSettings):
         "no step. Counted as skipped_zero_advantage. The recipes' older key skip_zero_advantage = true/false "
         "means drop/train",
     )
-    is_mode: Literal["none", "token", "sequence", "token+sequence"] = Field(
-        "none", description="none: PPO ratio against the sampler (bypass); else IS weights π/μ (decoupled)"
+    importance: ImportanceSampling = Field(
+        default_factory=ImportanceSampling, description="Importance sampling ([trainer.importance])"
     )
-    is_cap: float = Field(2.0, gt=0, description="Token-level truncated importance weight cap")
-    is_seq_min: float = Field(0.5, gt=0, description="Lower edge of the sequence ratio band (geometric mean)")
-    is_seq_max: float = Field(2.0, gt=0, description="Upper edge of the sequence ratio band (geometric mean)")
 
     # ---------------------------------------------------------------- RED / SFT co-training
     sft_data: str | None = Field(None, description="SFT demonstrations JSONL (from make-sft); None = GRPO only")
     sft_batch: int = Field(4, ge=1, description="Demonstrations per optimizer step")
     sft_coef: float = Field(0.1, ge=0, description="SFT loss coefficient (multiplied by the RED weight)")
-    red_mode: Literal["grpo_only", "fixed", "red"] = Field(
-        "red", description="SFT weight: none, fixed sft_coef, or RED (entropy change × accuracy factor)"
-    )
+    red: REDConfig = Field(default_factory=REDConfig, description="The SFT loss's weight, RED ([trainer.red])")
     sft_only: bool = Field(
         False,
         description="SFT only (the RED ablations' baseline, and a warm start): read no rollouts; every step "
         "trains on sft_batch demonstrations at weight sft_coef and is published as usual, so "
-        "the stack needs no rollout service. Needs sft_data and a red_mode other than grpo_only",
+        "the stack needs no rollout service. Needs sft_data and a red.mode other than grpo_only",
     )
-    red_g: float = Field(5.0, ge=1, description="RED clamp constant G")
-    red_ema_decay: float = Field(0.99, ge=0, lt=1, description="Decay of the RED entropy EMAs")
-    red_delta: Literal["relative", "absolute"] = Field("relative", description="RED entropy-change variant")
-    red_accuracy_aware: bool = Field(True, description="Multiply the RED weight by the accuracy factor")
-    red_accuracy_key: str = Field("f1", description="Reward component scored as accuracy (falls back to reward)")
-    red_accuracy_threshold: float = Field(0.0, description="A planner row is accurate when its score exceeds this")
-    red_floor: float | None = Field(None, description="Lower clamp of the RED weight (None: 1/G²)")
 
     # ---------------------------------------------------------------- publishing
     inference_url: str | None = Field(
@@ -153,25 +217,7 @@ class TrainerSettings(ServiceSettings):
         "loads every published version into every server)",
     )
     served_model: str = contract_field("served_model_name")
-    sync_check: bool = Field(False, description="After each publish, compare server and trainer logprobs")
-    sync_wait_s: float = Field(
-        60.0,
-        gt=0,
-        description="How long the sync check waits for the rollout to load a published version into the "
-        "server before it is skipped with a warning",
-    )
-    sync_prompt: list[int] | None = Field(
-        None,
-        description="Probe prompt token ids of the sync check (default: a fixed question through the model's chat "
-        "template; a prompt of special-token ids made fp32 kernel noise alone exceed 1e-4 on vLLM's CPU build)",
-    )
-    sync_tokens: int = Field(16, ge=1, description="Tokens the server samples for the sync check")
-    sync_tolerance: float = Field(
-        0.5,
-        gt=0,
-        description="Sync-check difference (nats) above which a warning says the server is not serving "
-        "the trainer's weights (fp32: ~1e-6; bf16: ~1e-2; another base model: > 1)",
-    )
+    sync: SyncCheck = Field(default_factory=SyncCheck, description="The sync check ([trainer.sync])")
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")
     keep_weights: int = Field(
@@ -218,8 +264,7 @@ class TrainerSettings(ServiceSettings):
     port: int = Field(8003, ge=0, le=65535, description="HTTP port of /health and /metrics (0 = off)")
     log_dir: str = Field("runs/logs", description="JSONL log and PNG plots")
     plot_every: int = Field(10, ge=1, description="Redraw the PNG plots every k steps")
-    wandb_project: str | None = Field(None, description="wandb project (None = wandb off)")
-    wandb_mode: Literal["offline", "online"] = Field("offline", description="wandb mode")
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="wandb logging ([trainer.wandb])")
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +289,6 @@ class TrainerSettings(ServiceSettings):
             raise ValueError("dual_clip must be > 1")
         if self.finetune == "lora" and self.zero_stage == 3:
             raise ValueError("LoRA with ZeRO-3 is not supported: use zero_stage <= 2")
-        if self.sft_only and self.red_mode == "grpo_only":
-            raise ValueError("sft_only trains on demonstrations only: red_mode grpo_only leaves nothing to train")
+        if self.sft_only and self.red.mode == "grpo_only":
+            raise ValueError("sft_only trains on demonstrations only: [trainer.red] mode grpo_only leaves nothing to train")
         return self

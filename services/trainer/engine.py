@@ -85,15 +85,15 @@ def load_lm(path: str, settings: TrainerSettings, dtype: torch.dtype) -> nn.Modu
         from peft import LoraConfig, get_peft_model
 
         cfg = LoraConfig(
-            r=settings.lora_rank,
-            lora_alpha=settings.lora_alpha,
-            lora_dropout=settings.lora_dropout,
-            target_modules=list(settings.lora_targets),
+            r=settings.lora.rank,
+            lora_alpha=settings.lora.alpha,
+            lora_dropout=settings.lora.dropout,
+            target_modules=list(settings.lora.targets),
             task_type="CAUSAL_LM",
-            layers_to_transform=_top_layers(lm, settings.lora_layers),
+            layers_to_transform=_top_layers(lm, settings.lora.layers),
         )
         lm = get_peft_model(lm, cfg)
-        if settings.lora_layers:
+        if settings.lora.layers:
             _no_input_grads(lm.get_base_model())
     return lm
 
@@ -113,7 +113,7 @@ def _top_layers(lm: nn.Module, n: int) -> list[int] | None:
         return None
     total = lm.config.num_hidden_layers
     if n > total:
-        raise ValueError(f"lora_layers={n} but the model has {total} decoder layers")
+        raise ValueError(f"[trainer.lora] layers={n} but the model has {total} decoder layers")
     return list(range(total - n, total))
 
 

@@ -188,7 +188,7 @@ def batch_inputs(batch: MicroBatch, device: torch.device, all_positions: bool = 
 def sequence_logprobs(
     policy: PolicyLogprobs, batches: list[MicroBatch], device: torch.device, all_positions: bool = True
 ) -> dict[int, list[float]]:
-    """Per-sequence token logprobs (token 0 gets 0.0): for tests, the reference model and sync checks."""
+    """Per-sequence token logprobs (token 0 gets 0.0), outside a training step: the sync check's."""
     from services.trainer.packing import unpack
 
     out: dict[int, list[float]] = {}

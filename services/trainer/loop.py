@@ -41,7 +41,7 @@ from services.trainer.outage import DependencyDown, Patience, Patient
 from services.trainer.publish import Publisher
 from services.trainer.ranks import Ranks, set_collective_timeout
 from services.trainer.rl.advantages import trajectory_advantages
-from services.trainer.rl.red import REDConfig, REDState, REDWeights, planner_accuracy, red_weights
+from services.trainer.rl.red import REDState, REDWeights, planner_accuracy, red_weights
 from services.trainer.sft import SftData
 from services.trainer.step import StepInput, StepResult, train_step
 from services.trainer.step_record import Rollouts, step_record
@@ -86,16 +86,7 @@ class Trainer:
             set_collective_timeout(startup_s)  # DeepSpeed's own groups too (they got the backend's default)
         self.ref = load_reference(s, self.device, param_dtype(s, self.device))
         self.objective = Objective(s)
-        self.red_cfg = REDConfig(
-            mode=s.red_mode,
-            g=s.red_g,
-            sft_coef=s.sft_coef,
-            ema_decay=s.red_ema_decay,
-            delta=s.red_delta,
-            accuracy_aware=s.red_accuracy_aware,
-            floor=s.red_floor,
-        )
-        self.sft = SftData(s.sft_data, seed=s.seed) if s.sft_data and s.red_mode != "grpo_only" else None
+        self.sft = SftData(s.sft_data, seed=s.seed) if s.sft_data and s.red.mode != "grpo_only" else None
         if s.sft_only and self.sft is None:
             raise ValueError("sft_only needs demonstrations: set sft_data")
         if self.sft is not None and self.rank0:
@@ -123,11 +114,11 @@ class Trainer:
                     self.patience,
                     "inference server",
                 )
-                if s.inference_url and s.sync_check
+                if s.inference_url and s.sync.check
                 else None
             )
             self.observer = Observer(
-                self.registry, s.log_dir, s.plot_every, s.wandb_project, s.wandb_mode, config=s.model_dump(mode="json")
+                self.registry, s.log_dir, s.plot_every, s.wandb.project, s.wandb.mode, config=s.model_dump(mode="json")
             )
         self.client = client
         self.publisher = Publisher(
@@ -226,11 +217,11 @@ class Trainer:
         red = None
         if self.sft:  # RED weighs the demonstrations by the planner's accuracy: without them, nothing to weigh
             accuracy = planner_accuracy(
-                [smp.reward_components.get(s.red_accuracy_key, smp.reward) for smp in rows],
+                [smp.reward_components.get(s.red.accuracy_key, smp.reward) for smp in rows],
                 [smp.role for smp in rows],
-                s.red_accuracy_threshold,
+                s.red.accuracy_threshold,
             )
-            red = red_weights(self.red, self.red_cfg, accuracy)
+            red = red_weights(self.red, s.red, accuracy, s.sft_coef)
         sft_weight = red.sft_loss_weight if red is not None else 0.0
         sft_seqs, cursor = [], st.sft_cursor
         if sft_weight > 0:
@@ -254,7 +245,7 @@ class Trainer:
             if self.rank0:
                 self.publisher.mark(st.version, self._consumed())
             return
-        self.red.observe(result.rl_entropy(), result.sft_entropy(), self.red_cfg.ema_decay)
+        self.red.observe(result.rl_entropy(), result.sft_entropy(), s.red.ema_decay)
         if not self._finish_step(result, cursor) and self.rank0:
             self.publisher.mark(st.version, self._consumed())
         if self.rank0:
@@ -287,7 +278,7 @@ class Trainer:
         result = train_step(
             self.eng, StepInput([], sft_seqs, s.sft_coef), self.objective, self.ref, s.micro_batch_tokens, s.packing
         )
-        self.red.observe(None, result.sft_entropy(), self.red_cfg.ema_decay)
+        self.red.observe(None, result.sft_entropy(), s.red.ema_decay)
         self._finish_step(result, cursor)
         if self.rank0:
             self._record(result, time.perf_counter() - start)
@@ -357,23 +348,24 @@ class Trainer:
         )
         if self.rank0 and self.last_publish is not None:
             self.observer.published(self.state.version, self.last_publish.publish_seconds)
-        if self.s.sync_check and self.s.inference_url:
+        if self.s.sync.check and self.s.inference_url:
             self.sync_diff = self._sync_check()
 
     def _sync_check(self) -> float | None:
         """The sync check of the version just published, once the rollout has loaded it into the server;
-        None (skipped, with a warning) when it did not within ``sync_wait_s``."""
+        None (skipped, with a warning) when it did not within ``[trainer.sync] wait_s``."""
+        sync = self.s.sync
         if self.sync_probe is None:
-            self.sync_probe = probe_prompt(self.s.model, self.s.sync_prompt)
+            self.sync_probe = probe_prompt(self.s.model, sync.prompt)
         prompt = self.sync_probe
         sample = None
-        if self.rank0 and wait_served(self.client, self.last_publish, self.s.sync_wait_s):
-            sample = server_sample(self.client, self.last_publish.model_name, prompt, self.s.sync_tokens)
+        if self.rank0 and wait_served(self.client, self.last_publish, sync.wait_s):
+            sample = server_sample(self.client, self.last_publish.model_name, prompt, sync.tokens)
         elif self.rank0:
             log.warning(
                 "sync check skipped: the inference server did not serve the published version in time "
                 "(the rollout loads it; is one running?)",
-                extra={"version": self.state.version, "waited_s": self.s.sync_wait_s},
+                extra={"version": self.state.version, "waited_s": sync.wait_s},
             )
         sample = self.ranks.broadcast(sample)
         if sample is None:
@@ -381,7 +373,7 @@ class Trainer:
         tokens, server_logprobs = sample
         diff = max_abs_diff(self.eng, prompt, tokens, server_logprobs)
         log.info("sync check", extra={"version": self.state.version, "max_abs_diff": diff})
-        if self.rank0 and (warning := mismatch_warning(diff, self.s.sync_tolerance, self.last_publish.model_name)):
+        if self.rank0 and (warning := mismatch_warning(diff, sync.tolerance, self.last_publish.model_name)):
             log.warning(warning, extra={"version": self.state.version})
         return diff
 

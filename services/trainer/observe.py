@@ -41,8 +41,7 @@ class Observer:
         self.gauges: dict[str, Gauge] = {}
         self.version = self.publish_hist = self.no_rl = None
         if registry is not None:
-            # Named by an f-string (the same as ``Metric.prometheus``) for the deploy tests' source scan.
-            self.gauges = {m.key: Gauge(f"coda_trainer_{m.series}", m.help, registry=registry) for m in GAUGES}
+            self.gauges = {m.key: Gauge(m.prometheus, m.help, registry=registry) for m in GAUGES}
             self.version = Gauge(POLICY_VERSION, "Policy version live on the inference server", registry=registry)
             self.publish_hist = Histogram(
                 "coda_trainer_publish_seconds_hist",

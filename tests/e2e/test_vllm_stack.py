@@ -41,7 +41,7 @@ def test_train_and_evaluate_against_vllm(tmp_path):
             None,
             **{**SMOKE, "CODA_TRAINER_MAX_STEPS": "3"},
             CODA_TRAINER_SFT_COEF="0",
-            CODA_TRAINER_SYNC_CHECK="true",
+            CODA_TRAINER_SYNC__CHECK="true",
         )
         after = stack.evaluate(sup, "final")
     rows = read_log(log)

@@ -22,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from services.trainer.config import ImportanceSampling
 from services.trainer.rl.segments import broadcast_segments, segment_sums
 
 AggMode = Literal["token-mean", "seq-mean", "dr-grpo"]
@@ -301,10 +302,7 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: KLEstimator = "k3"
     entropy_coef: float = 0.0
-    is_mode: ISMode = "none"
-    is_cap: float = 2.0
-    is_seq_min: float = 0.5
-    is_seq_max: float = 2.0
+    importance: ImportanceSampling = field(default_factory=ImportanceSampling)  # [trainer.importance]
     is_seq_agg: SeqAgg = "geo_mean"
 
 
@@ -331,17 +329,18 @@ def rl_loss(batch: LossInputs, cfg: LossConfig, normaliser: float) -> tuple[torc
     """This micro-batch's share of the RL loss and its metrics (``pg_loss``, ``clip_fraction``, ``kl``, ...)."""
     metrics: dict[str, float] = {}
     is_weights = None
-    if cfg.is_mode != "none":
+    sampling = cfg.importance
+    if sampling.mode != "none":
         if batch.sampler_logp is None:
-            raise ValueError(f"importance sampling mode {cfg.is_mode!r} needs the sampler's logprobs")
+            raise ValueError(f"importance sampling mode {sampling.mode!r} needs the sampler's logprobs")
         is_weights, is_metrics = importance_weights(
             batch.old_logp,
             batch.sampler_logp,
             batch.mask,
-            mode=cfg.is_mode,
-            cap=cfg.is_cap,
-            seq_min=cfg.is_seq_min,
-            seq_max=cfg.is_seq_max,
+            mode=sampling.mode,
+            cap=sampling.cap,
+            seq_min=sampling.seq_min,
+            seq_max=sampling.seq_max,
             seq_agg=cfg.is_seq_agg,
             segment_ids=batch.segment_ids,
         )

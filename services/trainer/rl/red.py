@@ -1,4 +1,4 @@
-"""RED: the weight of the SFT co-training loss, from entropy dynamics and planner accuracy. Pure Python.
+"""RED: the weight of the SFT co-training loss, from entropy dynamics and planner accuracy. Pure Python (and pydantic, for the settings table).
 
 Per step, with H the token-mean categorical entropy (``logprobs.categorical_entropy``, the same estimator on both sides) kept as
 EMAs (decay β) with one step of delay (prev = the EMA before the latest update):
@@ -24,28 +24,27 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 REDMode = Literal["grpo_only", "fixed", "red"]
 DeltaKind = Literal["relative", "absolute"]
 
 
-@dataclass(frozen=True)
-class REDConfig:
-    """RED settings. ``floor`` None means 1/G²."""
+class REDConfig(BaseModel):
+    """RED: the SFT loss's weight from entropy dynamics and planner accuracy (the trainer's ``[trainer.red]``)."""
 
-    mode: REDMode = "red"
-    g: float = 5.0
-    sft_coef: float = 0.1
-    ema_decay: float = 0.99
-    delta: DeltaKind = "relative"
-    accuracy_aware: bool = True
-    floor: float | None = None
-    eps: float = 1e-8
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __post_init__(self) -> None:
-        if self.g < 1.0:
-            raise ValueError(f"RED G must be >= 1, got {self.g}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+    mode: REDMode = Field(
+        "red", description="SFT weight: none, fixed sft_coef, or RED (entropy change × accuracy factor)"
+    )
+    g: float = Field(5.0, ge=1, description="RED clamp constant G")
+    ema_decay: float = Field(0.99, ge=0, lt=1, description="Decay of the RED entropy EMAs")
+    delta: DeltaKind = Field("relative", description="RED entropy-change variant")
+    accuracy_aware: bool = Field(True, description="Multiply the RED weight by the accuracy factor")
+    accuracy_key: str = Field("f1", description="Reward component scored as accuracy (falls back to reward)")
+    accuracy_threshold: float = Field(0.0, description="A planner row is accurate when its score exceeds this")
+    floor: float | None = Field(None, description="Lower clamp of the RED weight (None: 1/G²)")
 
     @property
     def weight_floor(self) -> float:
@@ -144,8 +143,11 @@ def _ema(current: float | None, measured: float | None, decay: float) -> tuple[f
     return decay * current + (1.0 - decay) * measured, current
 
 
-def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> REDWeights:
-    """This step's weights from the state (before ``observe``) and the planner accuracy."""
+def red_weights(
+    state: REDState, cfg: REDConfig, accuracy: float | None, sft_coef: float, eps: float = 1e-8
+) -> REDWeights:
+    """This step's weights from the state (before ``observe``) and the planner accuracy; ``sft_coef`` is the
+    trainer's base coefficient of the SFT loss, ``eps`` keeps the entropy-change ratio finite."""
     w_ent, acc_f, final = 1.0, 1.0, 1.0
     if cfg.mode == "red":
         if None not in (state.h_sft, state.h_sft_prev, state.h_rl, state.h_rl_prev):
@@ -156,7 +158,7 @@ def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> REDW
                 state.h_rl,  # type: ignore[arg-type]
                 cfg.g,
                 cfg.delta,
-                cfg.eps,
+                eps,
             )
         if cfg.accuracy_aware and accuracy is not None:
             acc_f = accuracy_factor(accuracy, cfg.g)
@@ -167,7 +169,7 @@ def red_weights(state: REDState, cfg: REDConfig, accuracy: float | None) -> REDW
         entropy_weight=w_ent,
         accuracy_factor=acc_f,
         final_weight=final,
-        sft_loss_weight=0.0 if cfg.mode == "grpo_only" else cfg.sft_coef * final,
+        sft_loss_weight=0.0 if cfg.mode == "grpo_only" else sft_coef * final,
         batch_accuracy=accuracy,
         h_rl=state.h_rl,
         h_rl_prev=state.h_rl_prev,

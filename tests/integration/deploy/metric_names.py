@@ -2,7 +2,9 @@
 
 Every ``Counter/Gauge/Histogram/Summary/Info/Enum(...)`` call (and ``Counter/GaugeMetricFamily(...)``) under ``services/`` and ``shared/`` is read
 with ``ast``; its name argument may be a literal, a module constant (also one imported from another module,
-e.g. ``shared.metrics.HTTP_REQUESTS``) or an f-string (its holes become wildcards). The series a family
+e.g. ``shared.metrics.HTTP_REQUESTS``) or an f-string (its holes become wildcards). The trainer's gauges are
+named by its metric records (``services.trainer.metrics.GAUGES``, ``Metric.prometheus``): those are taken
+from the records themselves. The series a family
 exports follow prometheus_client's rules: counters end in ``_total``; histograms add ``_bucket``/``_sum``/
 ``_count``; summaries ``_sum``/``_count``; info ``_info``. ``test_dashboards`` ties this static view to a
 real ``/metrics`` scrape so that the two cannot drift apart.
@@ -157,6 +159,9 @@ def exported_families(root: Path) -> tuple[Family, ...]:
             expanded = _expand(arg, loops.get(id(arg), {})) if isinstance(arg, ast.JoinedStr) else None
             names = expanded or ([] if arg is None else [_name_of(arg, local, everywhere)])
             families.extend(Family(kind, name, where) for name in names if name is not None)
+    from services.trainer.metrics import GAUGES  # pure Python
+
+    families.extend(Family("Gauge", m.prometheus, "services/trainer/metrics.py") for m in GAUGES)
     return tuple(families)
 
 

@@ -9,7 +9,7 @@ from bench._ablation_arms import RED_CODA, SMOL, SMOL_BUDGET
 from services.stack.config import StackSettings
 from services.trainer.config import TrainerSettings
 
-SFT_KEYS = {"CODA_TRAINER_RED_MODE", "CODA_TRAINER_SFT_ONLY", "CODA_TRAINER_RED_G", "CODA_TRAINER_RED_ACCURACY_AWARE"}
+SFT_KEYS = {"CODA_TRAINER_RED__MODE", "CODA_TRAINER_SFT_ONLY", "CODA_TRAINER_RED__G", "CODA_TRAINER_RED__ACCURACY_AWARE"}
 
 
 def _settings(arm, monkeypatch) -> tuple[TrainerSettings, StackSettings]:
@@ -30,7 +30,7 @@ def test_smol_arms(monkeypatch):
     for name, arm in SMOL.items():
         with monkeypatch.context() as m:
             trainer, stack = _settings(arm, m)
-            got[name] = (trainer.red_mode, trainer.sft_only)
+            got[name] = (trainer.red.mode, trainer.sft_only)
             assert stack.train_budget_s == float(SMOL_BUDGET["CODA_STACK_TRAIN_BUDGET_S"]) and trainer.max_steps == 1000
     assert got == {
         "grpo": ("grpo_only", False),
@@ -46,7 +46,7 @@ def test_red_coda_arms_and_full_red_is_the_shipped_recipe_at_the_ablation_budget
     for name, arm in RED_CODA.items():
         with monkeypatch.context() as m:
             trainer, _ = _settings(arm, m)
-            got[name] = (trainer.red_mode, trainer.red_g, trainer.red_accuracy_aware)
+            got[name] = (trainer.red.mode, trainer.red.g, trainer.red.accuracy_aware)
             assert (trainer.max_steps, trainer.warmup_steps) == (200, 20) and trainer.sft_data
             if name == "full-red":
                 assert (
@@ -60,6 +60,6 @@ def test_red_coda_arms_and_full_red_is_the_shipped_recipe_at_the_ablation_budget
 
 def test_an_arm_runs_alone_as_its_command_says():
     assert SMOL["sft"].command() == (
-        "CODA_TRAINER_RED_MODE=fixed CODA_TRAINER_SFT_ONLY=true CODA_STACK_TRAIN_BUDGET_S=240 "
+        "CODA_TRAINER_RED__MODE=fixed CODA_TRAINER_SFT_ONLY=true CODA_STACK_TRAIN_BUDGET_S=240 "
         "CODA_TRAINER_MAX_STEPS=1000 .venv/bin/python -m services.stack train --recipe configs/smol-cpu.toml"
     )

@@ -390,7 +390,7 @@ def test_every_arm_has_its_recipe_training_and_environment(qa):
             "smol-coda-2wiki",
             "coda",
             "rl",
-            {"CODA_ROLLOUT_REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
+            {"CODA_ROLLOUT_CODA__REWARD_MODE": "shared", "CODA_TRAINER_ROLE_BASELINE": "inherit"},
         ),
         "thinker-searcher": ("smol-thinker-2wiki", "thinker-searcher", "rl", {}),
         "rft": ("smol-2wiki", "search-r1", "rl", {"CODA_TRAINER_ADVANTAGE": "rft"}),
@@ -417,6 +417,12 @@ def test_an_arms_environment_that_a_service_would_ignore_is_refused(qa):
     recipe = qa.recipe_of("2wiki", "coda")
     with pytest.raises(SystemExit, match="no setting 'reward_mod'"):
         qa.check_env(recipe, {"CODA_ROLLOUT_REWARD_MOD": "shared"})
+    with pytest.raises(SystemExit, match="no setting 'coda__reward_mod'"):
+        qa.check_env(recipe, {"CODA_ROLLOUT_CODA__REWARD_MOD": "shared"})
+    with pytest.raises(SystemExit, match="no setting 'reward_mode'"):  # the flat spelling went a release ago
+        qa.check_env(recipe, {"CODA_ROLLOUT_REWARD_MODE": "shared"})
+    with pytest.raises(SystemExit, match="refuses"):
+        qa.check_env(recipe, {"CODA_ROLLOUT_CODA__REWARD_MODE": "shraed"})
     with pytest.raises(SystemExit, match="refuses"):
         qa.check_env(recipe, {"CODA_TRAINER_ROLE_BASELINE": "shraed"})
 

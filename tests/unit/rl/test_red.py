@@ -54,17 +54,17 @@ def test_red_emas_seeded_from_first_measurement():
 def test_red_first_steps_weight_is_neutral():
     cfg = REDConfig(accuracy_aware=False)
     state = REDState()
-    assert red_weights(state, cfg, None).entropy_weight == 1.0  # nothing measured yet
+    assert red_weights(state, cfg, None, 0.1).entropy_weight == 1.0  # nothing measured yet
     state.observe(2.0, 0.7, cfg.ema_decay)
-    assert red_weights(state, cfg, None).entropy_weight == 1.0  # seeded: both deltas 0
+    assert red_weights(state, cfg, None, 0.1).entropy_weight == 1.0  # seeded: both deltas 0
 
 
 def test_red_full_weight_hand_computed():
-    cfg = REDConfig(g=5.0, sft_coef=0.1, ema_decay=0.0, eps=0.0)  # decay 0: EMA = latest measurement
+    cfg = REDConfig(g=5.0, ema_decay=0.0)  # decay 0: EMA = latest measurement
     state = REDState()
     state.observe(2.0, 1.0, cfg.ema_decay)
     state.observe(2.02, 1.03, cfg.ema_decay)  # relative deltas: rl 0.01, sft 0.03 → w_ent 3
-    w = red_weights(state, cfg, accuracy=0.25)  # a = 5^(0.5) = 2.236 → 6.708
+    w = red_weights(state, cfg, accuracy=0.25, sft_coef=0.1, eps=0.0)  # a = 5^(0.5) = 2.236 → 6.708
     assert w == REDWeights(
         entropy_weight=pytest.approx(3.0),
         accuracy_factor=pytest.approx(5**0.5),
@@ -81,12 +81,12 @@ def test_red_full_weight_hand_computed():
 def test_red_final_floor_configurable_default_below_one():
     # Upstream floored the final weight at 1, so high accuracy could never reduce SFT below sft_coef.
     state = REDState()
-    w = red_weights(state, REDConfig(g=5.0), accuracy=1.0)
+    w = red_weights(state, REDConfig(g=5.0), accuracy=1.0, sft_coef=0.1)
     assert w.final_weight == pytest.approx(0.2)  # w_ent 1 · 1/G, above the default floor 1/G² = 0.04
-    floored = red_weights(state, REDConfig(g=5.0, floor=1.0), accuracy=1.0)
+    floored = red_weights(state, REDConfig(g=5.0, floor=1.0), accuracy=1.0, sft_coef=0.1)
     assert floored.final_weight == 1.0
     assert REDConfig(g=5.0).weight_floor == pytest.approx(0.04)
-    high = red_weights(state, REDConfig(g=2.0), accuracy=0.0)
+    high = red_weights(state, REDConfig(g=2.0), accuracy=0.0, sft_coef=0.1)
     assert high.final_weight == pytest.approx(2.0)
 
 
@@ -94,10 +94,10 @@ def test_red_ablation_switches():
     state = REDState()
     state.observe(2.0, 1.0, 0.0)
     state.observe(2.02, 1.03, 0.0)
-    assert red_weights(state, REDConfig(mode="grpo_only"), 0.0).sft_loss_weight == 0.0
-    fixed = red_weights(state, REDConfig(mode="fixed", sft_coef=0.1), 0.0)
+    assert red_weights(state, REDConfig(mode="grpo_only"), 0.0, 0.1).sft_loss_weight == 0.0
+    fixed = red_weights(state, REDConfig(mode="fixed"), 0.0, sft_coef=0.1)
     assert fixed.sft_loss_weight == pytest.approx(0.1) and fixed.final_weight == 1.0
-    full = red_weights(state, REDConfig(mode="red", sft_coef=0.1, eps=0.0), 0.0)
+    full = red_weights(state, REDConfig(mode="red"), 0.0, sft_coef=0.1, eps=0.0)
     assert full.sft_loss_weight > 0.1
 
 
@@ -118,7 +118,7 @@ def test_red_weights_leave_the_state_alone():
     state = REDState()
     state.observe(2.0, 1.0, 0.99)
     before = state.to_dict()
-    red_weights(state, REDConfig(), 0.5)
+    red_weights(state, REDConfig(), 0.5, 0.1)
     assert state.to_dict() == before
 
 

@@ -71,7 +71,7 @@ def _full_step(tmp_path) -> tuple[dict, CollectorRegistry, Observer]:
     metrics = StepMetrics(_rl_sums(), rl_entropy_sum=6.0, sft_entropy_sum=4.0, sft_loss_sum=5.0, tokens=20.0)
     result = StepResult(metrics, 3.0, 1.0, 2.0, 0.1, 1, 1, grad_norm=0.5, lr=1e-5, seconds=1.0)
     state = REDState(h_rl=1.0, h_rl_prev=1.1, h_sft=2.0, h_sft_prev=2.2)
-    red = red_weights(state, REDConfig(), accuracy=0.5)
+    red = red_weights(state, REDConfig(), accuracy=0.5, sft_coef=0.1)
     groups = [make_group("q1", version=2), make_group("q2", version=3)]
     rollouts = Rollouts(groups, 1, 2, 0, QueueStats(depth=4, pending=2, lag=1, dead_letters=0))
     train = TrainState(step=10, version=3, tokens=200, dropped_stale=4)
