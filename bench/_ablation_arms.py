@@ -37,7 +37,9 @@ SMOL = {
         "configs/smol-cpu.toml",
         {"CODA_TRAINER_RED__MODE": "fixed", "CODA_TRAINER_SFT_ONLY": "true", **SMOL_BUDGET},
     ),
-    "fixed": Arm("fixed SFT weight + GRPO", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "fixed", **SMOL_BUDGET}),
+    "fixed": Arm(
+        "fixed SFT weight + GRPO", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "fixed", **SMOL_BUDGET}
+    ),
     "red": Arm("full RED (SFT + GRPO)", "configs/smol-cpu.toml", {"CODA_TRAINER_RED__MODE": "red", **SMOL_BUDGET}),
 }
 

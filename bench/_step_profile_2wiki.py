@@ -6,7 +6,7 @@ recipe's 2 groups and 4 demonstrations; advantages are GRPO's (the trainer's ``r
 advantage 0 are left out as ``zero_advantage = "skip"`` does. Steps are the first ``steps`` group pairs with a
 nonzero advantage, the same for every arm.
 
-``lora_layers`` exists in this tree only, so that lever is measured on top of the prefix tree (against the
+``[trainer.lora] layers`` exists in this tree only, so that lever is measured on top of the prefix tree (against the
 ``prefix tree`` arm); the others against ``before``. Each arm runs in a fresh process (peak RSS is per process) against the tree it names: ``before`` against a git
 worktree of ``--baseline`` (the commit before this round's changes), every other arm against this tree; arms
 alternate over ``--reps`` rounds so the machine's drift hits all alike. Seconds are split by phase from timers
@@ -31,10 +31,10 @@ RECIPE = "configs/smol-2wiki.toml"
 ARMS: dict[str, tuple[str, dict]] = {
     "before": ("baseline", {}),
     "prefix tree": ("head", {}),
-    "prefix tree + lora top 10 layers": ("head", {"lora_layers": 10}),
+    "prefix tree + lora top 10 layers": ("head", {"lora": {"layers": 10}}),
     "sft_batch 2": ("baseline", {"sft_batch": 2}),
     "no checkpointing": ("baseline", {"gradient_checkpointing": False}),
-    "tree + top 10 + sft 2": ("head", {"lora_layers": 10, "sft_batch": 2}),
+    "tree + top 10 + sft 2": ("head", {"lora": {"layers": 10}, "sft_batch": 2}),
 }
 
 

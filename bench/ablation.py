@@ -8,7 +8,7 @@
    uses demonstrations (the warm start, SFT only, fixed, RED) cycles through the same ones: the recipes'
    ``[stack] sft_limit`` (a budget of 4: what a user who writes them by hand has; 0 = one per training
    question, ``bench/results/ablation-all-demos.md``).
-2. Each arm (``bench/_ablation_arms.py``: ``configs/smol-cpu.toml`` with only ``red_mode`` / ``sft_only``
+2. Each arm (``bench/_ablation_arms.py``: ``configs/smol-cpu.toml`` with only ``[trainer.red] mode`` / ``sft_only``
    overridden, and one budget) starts from a copy of that checkpoint (weights, optimizer state, demonstration cursor;
    not its RNG state, so ``--seeds`` differ) with its own Redis, inference server and retriever, and trains for
    ``--train-s`` seconds of wall time, cut into ``--segments`` pieces: after each the trainer and the rollout

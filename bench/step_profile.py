@@ -78,9 +78,11 @@ def child(cfg: dict, steps: int) -> dict:
     settings = TrainerSettings(
         model=str(MODEL),
         finetune="lora",
-        lora_rank=16,
-        lora_alpha=32,
-        lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        lora={
+            "rank": 16,
+            "alpha": 32,
+            "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        },
         micro_batch_tokens=cfg["budget"],
         precision="fp32",
     )

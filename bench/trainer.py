@@ -104,7 +104,7 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
         with SyncInferenceClient(url) as client:
             client.wait_ready(180)
             for kind in ("full", "lora"):
-                settings = TrainerSettings(model=str(model_dir), finetune=kind, lora_rank=16)
+                settings = TrainerSettings(model=str(model_dir), finetune=kind, lora={"rank": 16})
                 eng = build_engine(settings, init_distributed())
                 pub = Publisher(eng.engine, str(work / f"w-{kind}"), kind, None, "weights", "policy:version", keep=2)
                 seconds = [publish_and_load(pub, v) for v in range(repeats)]

@@ -153,7 +153,10 @@ class MovedKeys(PydanticBaseSettingsSource):
                 nested[inner] = values.pop(key)
                 values[table] = nested
             log.warning(
-                "%s: %s is now %s; the old key goes in the next release", self.where, old, new,
+                "%s: %s is now %s; the old key goes in the next release",
+                self.where,
+                old,
+                new,
                 extra={"old_key": old, "new_key": new},
             )
         return values
@@ -224,13 +227,11 @@ class ServiceSettings(BaseSettings):
         for name, field in cls._flag_fields().items():
             flag = "--" + name.replace("_", "-")
             default = field.default if field.default is not None else "none"
-            group.add_argument(
-                flag,
-                dest=f"setting__{name}",
-                default=None,
-                metavar=_metavar(field),
-                help=f"{field.description or ''} (default: {default})",
-            )
+            text = f"{field.description or ''} (default: {default})"
+            if name in cls.moved_keys:
+                table, inner = cls.moved_keys[name].split(".")
+                text = f"old spelling of --{table.replace('_', '-')} '{{\"{inner}\": …}}' (goes in the next release)"
+            group.add_argument(flag, dest=f"setting__{name}", default=None, metavar=_metavar(field), help=text)
 
     @classmethod
     def _flag_fields(cls) -> dict[str, FieldInfo]:

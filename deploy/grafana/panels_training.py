@@ -233,7 +233,7 @@ PIPELINE = Dashboard(
                 Panel(
                     "Trainer vs server logprobs after a publish (max |diff|)",
                     [("coda_trainer_sync_max_abs_diff", "max abs diff")],
-                    description="With sync_check on: the served weights score a fixed prompt as the trainer does.",
+                    description="With [trainer.sync] check on: the served weights score a fixed prompt as the trainer does.",
                 ),
                 Panel(
                     "Failures by cause", [(f"sum by (cause) (rate(coda_rollout_failures_total[{RATE}]))", "{{cause}}")]

@@ -97,6 +97,22 @@ def _tables(cls: type) -> dict[str, type]:
     }
 
 
+def moved_section(cls: type) -> list[str]:
+    """The flat keys of the release before that still set a nested table's key, with a warning."""
+    section, prefix = cls.toml_section, cls.model_config.get("env_prefix", "")
+    rows = [
+        f"\nThe flat keys of the release before still set these (`[{section}] key`, `{prefix}KEY`, `--key`), "
+        "each use with a logged warning naming the new key; they go in the next release. One place (the recipe, "
+        "the environment, the command line) that sets a key both ways is an error.\n",
+        "| old key | now |",
+        "|---|---|",
+    ]
+    for old, moved in cls.moved_keys.items():
+        table, key = moved.split(".")
+        rows.append(f"| `{old}` | `[{section}.{table}] {key}` |")
+    return rows
+
+
 def render() -> str:
     parts = [HEADER]
     parts += shared_section([(service, settings_class(module, name)) for service, module, name in SETTINGS])
@@ -109,10 +125,15 @@ def render() -> str:
         parts += _table({k: f for k, f in cls.model_fields.items() if k not in tables})
         if tables:
             parts.append(
-                "\nEach agent's own knobs, defined beside it (its params model), one table per agent module: "
-                f"`[{section}.TABLE] key`, env `{prefix}TABLE__KEY`. The old flat spellings (`[{section}] key`, "
-                f"`{prefix}KEY`, `--key`) still set them; one place that sets a key both ways is an error."
+                f"\nNested tables: `[{section}.TABLE] key`, env `{prefix}TABLE__KEY`, flag `--table JSON`"
+                + (
+                    " (each agent's own knobs, defined beside it in its params model, one table per agent module)."
+                    if section == "rollout"
+                    else "."
+                )
             )
+        if cls.moved_keys:
+            parts += moved_section(cls)
         for table, model in tables.items():
             summary = (model.__doc__ or "").strip().splitlines()[0]
             parts.append(f"\n### `[{section}.{table}]` — `{model.__module__}.{model.__name__}`: {summary}\n")

@@ -287,7 +287,7 @@ class LocalStack:
             raise RuntimeError("warm_start_steps needs demonstrations: the recipe has none, or [stack] sft is off")
         if (checkpoint_step(self.run / "checkpoints") or 0) < n:
             self.say(f"warm start: {n} steps on the demonstrations alone")
-            # red_mode only matters for the RL arms; SFT only needs any mode that weights the SFT loss.
+            # [trainer.red] mode only matters for the RL arms; SFT only needs any mode that weights the SFT loss.
             self.train(
                 sup,
                 sft,

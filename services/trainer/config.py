@@ -21,7 +21,7 @@ from shared.settings import ServiceSettings, service_config
 
 
 class LoraSettings(BaseModel):
-    """The LoRA adapter of ``finetune = "lora"`` (peft)."""
+    """The LoRA adapter that finetune = "lora" trains (peft)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -42,7 +42,7 @@ class LoraSettings(BaseModel):
 
 
 class ImportanceSampling(BaseModel):
-    """Importance sampling against the sampler's logprobs μ (``services.trainer.batch_loss``)."""
+    """Importance sampling against the sampler's logprobs μ (services/trainer/batch_loss.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -290,5 +290,7 @@ class TrainerSettings(ServiceSettings):
         if self.finetune == "lora" and self.zero_stage == 3:
             raise ValueError("LoRA with ZeRO-3 is not supported: use zero_stage <= 2")
         if self.sft_only and self.red.mode == "grpo_only":
-            raise ValueError("sft_only trains on demonstrations only: [trainer.red] mode grpo_only leaves nothing to train")
+            raise ValueError(
+                "sft_only trains on demonstrations only: [trainer.red] mode grpo_only leaves nothing to train"
+            )
         return self

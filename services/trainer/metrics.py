@@ -200,7 +200,7 @@ class RlMetrics:
         "normalised effective sample size of the importance weights (1.0: all equal)", gauge=True
     )
     is_token_truncated_fraction: float | None = token_mean(
-        "share of tokens whose importance weight was truncated at `is_cap`"
+        "share of tokens whose importance weight was truncated at `[trainer.importance] cap`"
     )
     is_seq_masked_fraction: float | None = token_mean(
         "share of sequences masked out for an importance weight outside its bounds", gauge=True
@@ -299,7 +299,7 @@ class StepRecord:
     )
     publish_seconds: float | None = metric("seconds to publish this step's weights to the inference server", gauge=True)
     sync_max_abs_diff: float | None = metric(
-        "largest |server − trainer| logprob of the sync check after the publish (`sync_check` on)", gauge=True
+        "largest |server − trainer| logprob of the sync check after the publish (`[trainer.sync] check` on)", gauge=True
     )
 
 

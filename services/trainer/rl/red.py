@@ -31,7 +31,7 @@ DeltaKind = Literal["relative", "absolute"]
 
 
 class REDConfig(BaseModel):
-    """RED: the SFT loss's weight from entropy dynamics and planner accuracy (the trainer's ``[trainer.red]``)."""
+    """RED: the SFT loss's weight from entropy dynamics and planner accuracy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

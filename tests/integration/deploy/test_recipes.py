@@ -78,7 +78,7 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
         assert trainer.sft_data, "RED co-training needs demonstrations"
     assert rollout.model_name == (inference.served_model_name or inference.model)
     if trainer.finetune == "lora":
-        assert trainer.lora_rank <= inference.max_lora_rank, "the server would refuse the adapter"
+        assert trainer.lora.rank <= inference.max_lora_rank, "the server would refuse the adapter"
         # The rollout loads every version into every server: the adapters it keeps, and the one it loads.
         assert rollout.keep_adapters + 1 <= inference.max_loras, "more adapters kept than the server holds"
     if path.stem == "tiny-cpu":  # the one recipe whose CPU server serves the trained model itself
@@ -111,7 +111,7 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
         # The CPU server reports logprobs the way compose's vLLM does.
         assert s["inference"].logprobs_mode == served["policy"]["logprobs-mode"], path.name
         if trainer.finetune == "lora":
-            assert trainer.lora_rank <= int(served["policy"]["max-lora-rank"]), path.name
+            assert trainer.lora.rank <= int(served["policy"]["max-lora-rank"]), path.name
             assert rollout.keep_adapters + 1 <= int(served["policy"]["max-loras"]), path.name
             # Adapters rollouts may still sample from, plus the new one (deploy/vllm/README.md).
             assert rollout.max_staleness + 2 <= int(served["policy"]["max-loras"]), path.name

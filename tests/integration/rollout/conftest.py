@@ -39,7 +39,7 @@ def make_settings(redis_server, retriever_url):
             retry_attempts=3,
             retry_backoff_s=0.01,
             max_turns=3,
-            executor_max_turns=2,
+            coda={"executor_max_turns": 2},
             max_tokens_per_turn=200,
             max_context_tokens=8000,
             http_timeout_s=20,

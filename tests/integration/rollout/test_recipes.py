@@ -73,10 +73,10 @@ async def test_recipe_with_real_services(agent, tok, retriever_url, searcher_url
         redis_url=redis_server.url,
         n_samples=2,
         max_turns=2,
-        executor_max_turns=1,
+        coda={"executor_max_turns": 1},
         max_tokens_per_turn=24,
-        worker_max_tokens=24,
-        searcher_max_turns=1,
+        recursive_reasoner={"worker_max_tokens": 24},
+        search_r1={"searcher_max_turns": 1},
         retry_backoff_s=0.05,
         dataset="synthetic:arithmetic:8" if agent == "recursive-reasoner" else "bundled:lookup",
     )

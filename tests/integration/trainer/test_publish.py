@@ -67,7 +67,7 @@ def test_published_full_and_lora_weights_reach_the_server_exactly(tmp_path, redi
         llm.wait_ready(120)
         # LoRA first: the full publishes replace the server's base weights the adapters sit on.
         for kind, start in (("lora", 0), ("full", 10)):
-            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
+            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora={"rank": 8})
             eng = build_engine(settings, init_distributed())
             pub = Publisher(eng.engine, str(tmp_path / f"w-{kind}"), kind, redis_client, "weights", "policy:version", 2)
             previous: tuple[list[int], list[float]] | None = None
@@ -108,7 +108,7 @@ def test_the_fleet_watch_loads_the_live_weights_into_a_restarted_server(tmp_path
     try:
         with SyncInferenceClient(url) as llm:
             llm.wait_ready(120)
-            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora_rank=8)
+            settings = TrainerSettings(model=str(model), finetune=kind, lr=5e-2, lora={"rank": 8})
             eng = build_engine(settings, init_distributed())
             pub = Publisher(eng.engine, str(tmp_path / "w"), kind, redis_client, "weights", "policy:version", 2)
             _step(eng, settings, random.Random(0), eng.lm.config.vocab_size)

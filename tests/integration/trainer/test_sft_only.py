@@ -20,7 +20,7 @@ def _settings(tmp_path, redis_server, sft, **kw) -> TrainerSettings:
         model=str(tmp_path / "model"),
         sft_data=str(sft),
         sft_only=True,
-        red_mode="fixed",
+        red={"mode": "fixed"},
         sft_batch=2,
         sft_coef=1.0,
         lr=1e-2,
@@ -61,4 +61,4 @@ def test_sft_only_needs_demonstrations(tmp_path, redis_client, redis_server):
 
 def test_sft_only_refuses_grpo_only():
     with pytest.raises(ValidationError, match="sft_only"):
-        TrainerSettings(sft_only=True, red_mode="grpo_only")
+        TrainerSettings(sft_only=True, red={"mode": "grpo_only"})

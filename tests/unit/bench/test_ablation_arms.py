@@ -9,7 +9,12 @@ from bench._ablation_arms import RED_CODA, SMOL, SMOL_BUDGET
 from services.stack.config import StackSettings
 from services.trainer.config import TrainerSettings
 
-SFT_KEYS = {"CODA_TRAINER_RED__MODE", "CODA_TRAINER_SFT_ONLY", "CODA_TRAINER_RED__G", "CODA_TRAINER_RED__ACCURACY_AWARE"}
+SFT_KEYS = {
+    "CODA_TRAINER_RED__MODE",
+    "CODA_TRAINER_SFT_ONLY",
+    "CODA_TRAINER_RED__G",
+    "CODA_TRAINER_RED__ACCURACY_AWARE",
+}
 
 
 def _settings(arm, monkeypatch) -> tuple[TrainerSettings, StackSettings]:

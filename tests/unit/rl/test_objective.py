@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from services.trainer.config import ImportanceSampling
 from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, loss_normaliser, rl_loss
 
 
@@ -36,7 +37,9 @@ def test_kl_off_by_default_needs_no_reference():
     with pytest.raises(ValueError, match="ref_logp"):
         rl_loss(LossInputs(logp, logp.clone(), t(1.0), t([1])), LossConfig(kl_coef=0.001), 1.0)
     with pytest.raises(ValueError, match="sampler"):
-        rl_loss(LossInputs(logp, logp.clone(), t(1.0), t([1])), LossConfig(is_mode="token"), 1.0)
+        rl_loss(
+            LossInputs(logp, logp.clone(), t(1.0), t([1])), LossConfig(importance=ImportanceSampling(mode="token")), 1.0
+        )
 
 
 def test_importance_weights_enter_the_loss():
@@ -44,7 +47,7 @@ def test_importance_weights_enter_the_loss():
     batch = LossInputs(
         logp=logp, old_logp=logp.clone(), advantages=t(1.0), mask=t([1, 1]), sampler_logp=t([math.log(0.25), 0.0])
     )  # w = (4 → capped 2, 1)
-    loss, m = rl_loss(batch, LossConfig(is_mode="token", is_cap=2.0), normaliser=2.0)
+    loss, m = rl_loss(batch, LossConfig(importance=ImportanceSampling(mode="token", cap=2.0)), normaliser=2.0)
     assert loss.item() == pytest.approx(-(2.0 + 1.0) / 2)
     assert m["is_token_truncated_fraction"] == 0.5
 
@@ -83,9 +86,7 @@ def test_dynamic_micro_batch_sizes_do_not_rescale_gradient(agg):
         agg=agg,
         kl_coef=0.01,
         entropy_coef=0.001,
-        is_mode="token+sequence",
-        is_seq_min=0.8,
-        is_seq_max=1.25,
+        importance=ImportanceSampling(mode="token+sequence", seq_min=0.8, seq_max=1.25),
     )
     results = []
     for splits in ([6], [1, 5], [2, 1, 3], [1] * 6):

@@ -266,7 +266,7 @@ def test_build_group_gives_each_trajectory_its_own_reward():
 
 def test_shared_mode_is_todays_coda_reward_for_everyone():
     episode = _episode()
-    settings = RolloutSettings.load(agent="coda", reward_mode="shared")
+    settings = RolloutSettings.load(agent="coda", coda={"reward_mode": "shared"})
     reward = score_episode(settings, RECORD, episode, hashing_embed)
     today = coda_reward(
         "Porto", PLANNER, [ExecutorRun(c.generated_text, ()) for c in episode.children], GOLDS, metric="f1"

@@ -1,6 +1,7 @@
 """Every shipped recipe loads into the rollout and searcher settings (unknown keys would be errors); each agent's
 own knobs, defined beside the agent, are a nested table of the rollout's settings (``[rollout.coda]``,
-``CODA_ROLLOUT_CODA__…``) built from the agent list, and their old flat keys and variables still set them."""
+``CODA_ROLLOUT_CODA__…``, ``--coda JSON``) built from the agent list. Their flat spellings of two releases ago
+(``[rollout] executor_max_turns``) are unknown keys now."""
 
 from __future__ import annotations
 
@@ -98,40 +99,33 @@ def test_agent_knobs_are_nested_tables(tmp_path, clean_env):
         RolloutSettings.load(coda={"format_wieght": 0.3})
 
 
-def test_old_flat_keys_variables_and_flags_still_set_the_knobs(tmp_path, clean_env):
+def test_the_old_flat_keys_are_gone(tmp_path, clean_env):
     recipe = tmp_path / "r.toml"
-    recipe.write_text('[rollout]\nagent = "coda"\nformat_weight = 0.3\nexecutor_max_turns = 5\nstop = ["END"]\n')
-    clean_env.setenv("CODA_ROLLOUT_REWARD_COMBINATION", "std")
-    clean_env.setenv("CODA_ROLLOUT_TOOL_REWARD_WEIGHTS", '{"mrr": 2.0}')
-    settings = RolloutSettings.load(recipe=recipe, token_budget=50)
-    assert settings.coda == CoDAParams(format_weight=0.3, executor_max_turns=5)
-    assert settings.tool_agent == ToolAgentParams(reward_combination="std", tool_reward_weights={"mrr": 2.0})
-    assert settings.recursive_reasoner.token_budget == 50 and settings.single_turn.stop == ["END"]
-    with pytest.raises(ValueError, match="format_wieght"):
-        RolloutSettings.load(format_wieght=0.3)
+    recipe.write_text('[rollout]\nagent = "coda"\nexecutor_max_turns = 5\n')
+    with pytest.raises(ValueError, match="executor_max_turns"):
+        RolloutSettings.load(recipe=recipe)
+    with pytest.raises(ValueError, match="format_weight"):
+        RolloutSettings.load(format_weight=0.3)
+    clean_env.setenv("CODA_ROLLOUT_EXECUTOR_MAX_TURNS", "2")  # an unknown variable: not read
+    assert RolloutSettings.load().coda.executor_max_turns == CoDAParams().executor_max_turns
+    assert not RolloutSettings.moved_keys
 
 
-def test_each_place_keeps_its_precedence_across_the_two_spellings(tmp_path, clean_env):
+def test_each_place_keeps_its_precedence_in_the_tables(tmp_path, clean_env):
     recipe = tmp_path / "r.toml"
     recipe.write_text("[rollout.coda]\nexecutor_max_turns = 5\nformat_weight = 0.3\n")
-    clean_env.setenv("CODA_ROLLOUT_EXECUTOR_MAX_TURNS", "2")  # the old variable beats the recipe's new table
-    settings = RolloutSettings.load(recipe=recipe, format_weight=0.7)  # the command line beats both
+    clean_env.setenv("CODA_ROLLOUT_CODA__EXECUTOR_MAX_TURNS", "2")  # the variable beats the recipe's table
+    settings = RolloutSettings.load(recipe=recipe, coda={"format_weight": 0.7})  # the command line beats both
     assert (settings.coda.executor_max_turns, settings.coda.format_weight) == (2, 0.7)
-    clean_env.setenv("CODA_ROLLOUT_CODA__EXECUTOR_MAX_TURNS", "4")
-    with pytest.raises(ValueError, match=r"the environment sets 'executor_max_turns' twice.*\[rollout.coda\]"):
-        RolloutSettings.load(recipe=recipe)
-    clean_env.delenv("CODA_ROLLOUT_CODA__EXECUTOR_MAX_TURNS")
-    both = tmp_path / "both.toml"
-    both.write_text("[rollout]\nformat_weight = 0.2\n[rollout.coda]\nformat_weight = 0.3\n")
-    with pytest.raises(ValueError, match="sets 'format_weight' twice"):
-        RolloutSettings.load(recipe=both)
 
 
-def test_old_flags_reach_the_nested_tables(clean_env):
+def test_flags_reach_the_nested_tables(clean_env):
     import argparse
 
     parser = argparse.ArgumentParser()
     RolloutSettings.add_arguments(parser)
-    args = parser.parse_args(["--executor-max-turns", "4", "--tool-agent", '{"reward_combination": "l2"}'])
+    args = parser.parse_args(["--coda", '{"executor_max_turns": 4}', "--tool-agent", '{"reward_combination": "l2"}'])
     settings = RolloutSettings.from_args(args)
     assert settings.coda.executor_max_turns == 4 and settings.tool_agent.reward_combination == "l2"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--executor-max-turns", "4"])

@@ -26,7 +26,7 @@ def test_queue_epochs_and_requeue_first():
 
 
 def test_budgets_per_role():
-    s = RolloutSettings.load(max_turns=5, executor_max_turns=2, max_tokens_per_turn=64)
+    s = RolloutSettings.load(max_turns=5, coda={"executor_max_turns": 2}, max_tokens_per_turn=64)
     budgets = s.budgets()
     assert budgets["planner"].max_turns == 5 and budgets["executor"].max_turns == 2
     assert budgets["policy"].max_tokens == 64 and budgets["worker"].max_turns == 1

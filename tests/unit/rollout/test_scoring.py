@@ -36,7 +36,9 @@ def test_coda_reward_goes_to_planner_and_executors():
         parent=planner.sample_id,
     )
     episode = Episode(main=planner, children=[executor], answer="Paris")
-    settings = RolloutSettings.load(agent="coda", reward_mode="shared")  # per_role: tests/unit/rl/test_peco_reward.py
+    settings = RolloutSettings.load(
+        agent="coda", coda={"reward_mode": "shared"}
+    )  # per_role: tests/unit/rl/test_peco_reward.py
     reward = score_episode(settings, RECORD, episode, hashing_embed)
     # 6·1 − 3 + 0.1·(planner 3/3 + executor 4/4) + 0.1·refine 1 = 3.3
     assert reward.reward == pytest.approx(3.3)
@@ -51,7 +53,7 @@ def test_tool_agent_group_combination_l2_and_explicit():
         RewardResult(1.0, {"mrr": 1.0, "answer_similarity": 0.0, "format": 1.0}),
         RewardResult(0.5, {"mrr": 0.0, "answer_similarity": 0.5, "format": 0.0}),
     ]
-    l2 = combine_group(RolloutSettings.load(agent="tool-agent", reward_combination="l2"), rewards)
+    l2 = combine_group(RolloutSettings.load(agent="tool-agent", tool_agent={"reward_combination": "l2"}), rewards)
     assert [r.reward for r in l2] == [pytest.approx(math.sqrt(2)), pytest.approx(0.5)]
     assert l2[0].components["weight_mrr"] == 1.0
     assert combine_group(RolloutSettings.load(agent="tool-agent"), rewards) is rewards

@@ -1,4 +1,4 @@
-"""``lora_layers``: LoRA on the top decoder layers only; backward stops at the lowest adapted layer."""
+"""``[trainer.lora] layers``: LoRA on the top decoder layers only; backward stops at the lowest adapted layer."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ def _settings(path, layers: int) -> TrainerSettings:
     return TrainerSettings(
         model=str(path),
         finetune="lora",
-        lora_rank=4,
-        lora_targets=["q_proj", "v_proj", "up_proj"],
-        lora_layers=layers,
+        lora={"rank": 4, "targets": ["q_proj", "v_proj", "up_proj"], "layers": layers},
         gradient_checkpointing=True,
     )
 
@@ -70,5 +68,5 @@ def test_top_layers_get_the_gradient_they_get_under_lora_everywhere(model_dir):
 
 
 def test_more_layers_than_the_model_has_is_refused(model_dir):
-    with pytest.raises(ValueError, match="lora_layers=9 but the model has 4"):
+    with pytest.raises(ValueError, match=r"\[trainer.lora\] layers=9 but the model has 4"):
         load_lm(str(model_dir), _settings(model_dir, 9), torch.float32)

@@ -61,7 +61,7 @@ def _rl_sums():
     batch = pack([seq], 16)[0]
     batch.fields["ref_logp"] = torch.full(batch.input_ids.shape, -1.2)
     logp = torch.full(batch.input_ids.shape, -1.0, requires_grad=True)
-    objective = Objective(TrainerSettings(kl_coef=0.1, is_mode="token+sequence"))
+    objective = Objective(TrainerSettings(kl_coef=0.1, importance={"mode": "token+sequence"}))
     _, sums = objective(logp, torch.full_like(logp, 2.0), batch, {"tokens": 3, "sequences": 1, "world": 1})
     return sums
 

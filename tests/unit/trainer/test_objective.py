@@ -39,7 +39,7 @@ def test_bypass_ratio_against_sampler_and_gradient_sign():
 def test_decoupled_mode_weights_by_sampler_ratio():
     b = _batch(adv=1.0, old=-2.0)  # the sampler gave these tokens e^-2; the policy now e^-1: w = e, capped at 2
     logp = torch.full(b.input_ids.shape, -1.0, requires_grad=True)
-    loss, m = Objective(TrainerSettings(is_mode="token", is_cap=2.0))(
+    loss, m = Objective(TrainerSettings(importance={"mode": "token", "cap": 2.0}))(
         logp, torch.zeros_like(logp), b, {"tokens": 3, "sequences": 1, "world": 1}
     )
     assert loss.item() == pytest.approx(-2.0)  # −A · w(=2) · r(=1)
