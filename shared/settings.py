@@ -145,13 +145,13 @@ class MovedKeys(PydanticBaseSettingsSource):
                 continue
             table, inner = moved.split(".")
             nested = values.get(table) or {}
-            nested = dict(nested) if isinstance(nested, (dict, BaseModel)) else nested
+            nested = nested.model_dump(exclude_unset=True) if isinstance(nested, BaseModel) else nested
+            if not isinstance(nested, dict):
+                continue  # not a table: validation refuses it, and the old key with it
             old, new = self._spelling(key), self._spelling(moved)
-            if isinstance(nested, dict) and inner in nested:
+            if inner in nested:
                 raise ValueError(f"{self.where} sets {old} and {new}, the same setting: keep {new}")
-            if isinstance(nested, dict):
-                nested[inner] = values.pop(key)
-                values[table] = nested
+            values[table] = {**nested, inner: values.pop(key)}
             log.warning(
                 "%s: %s is now %s; the old key goes in the next release",
                 self.where,
