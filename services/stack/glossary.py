@@ -184,9 +184,6 @@ def prometheus_families() -> tuple[Family, ...]:
                 continue
             where = f"{path.relative_to(REPO)}"
             first, second = node.args[0], node.args[1] if len(node.args) > 1 else None
-            if isinstance(first, ast.JoinedStr) and where == "services/trainer/observe.py":
-                out.update({m.prometheus: Family(m.prometheus, kind, m.help, (), where) for m in GAUGES})
-                continue
             name = _str(first) or (constants.get(first.id) if isinstance(first, ast.Name) else None)
             name = name or (constants.get(first.attr) if isinstance(first, ast.Attribute) else None)
             if name is None:
@@ -194,6 +191,9 @@ def prometheus_families() -> tuple[Family, ...]:
             help_text = _str(second) or ""
             if name not in out or (not out[name].help and help_text):
                 out[name] = Family(name, kind, help_text, _labels(node), where)
+    # The trainer's per-key gauges are named by the record's metrics (``Metric.prometheus``), not in the source.
+    where = "services/trainer/observe.py"
+    out.update({m.prometheus: Family(m.prometheus, "Gauge", m.help, (), where) for m in GAUGES})
     return tuple(sorted(out.values(), key=lambda f: f.name))
 
 
