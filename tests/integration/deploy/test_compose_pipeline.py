@@ -76,7 +76,9 @@ def test_both_trainers_read_the_demonstrations_prepare_writes():
     layout = Layout.for_recipe(TINY, settings)
     expected = sft_path(COMPOSE_ROOT, settings)
     assert expected is not None and layout.sft == expected
-    prepare_runs = next(m.split(":")[0] for m in compose()["services"]["prepare"]["volumes"] if m.endswith(":/app/runs"))
+    prepare_runs = next(
+        m.split(":")[0] for m in compose()["services"]["prepare"]["volumes"] if m.endswith(":/app/runs")
+    )
     for trainer in TRAINERS:
         service = compose()["services"][trainer]
         assert service_environment(service)["CODA_TRAINER_SFT_DATA"] == f"/app/{expected.as_posix()}", trainer
