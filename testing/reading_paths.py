@@ -11,8 +11,9 @@ fails instead of being counted.
 A section runs from its heading to the next heading of its level or above (a page's top: to its first
 heading below the title). Its words: the whitespace-separated tokens holding a letter or a digit, prose and
 code blocks alike (a reader reads the commands), after dropping HTML comments (a quoted number's template),
-link targets (``](url)``: the reader reads the link's text) and table rules. A goal with alternatives (act on
-*an* alert) counts its longest alternative.
+link targets (``](url)``: the reader reads the link's text) and table rules. A step may be one sentence of a page
+instead (the command a results page gives). A goal with alternatives (act on *an* alert, reproduce *a* row)
+counts its longest alternative.
 
 ``tests/unit/testing/test_reading_paths.py`` holds every goal at ``LIMIT`` words or fewer.
 """
@@ -35,6 +36,7 @@ TOP = ""  # the section name of a page's top: from its title to its first headin
 class Step:
     page: str  # relative to the repository root
     section: str = TOP  # the heading's text, or TOP
+    sentence: str = ""  # instead of a section: the one sentence of the page that holds these words
 
 
 def _alerts(root: Path) -> list[Step]:
@@ -42,6 +44,13 @@ def _alerts(root: Path) -> list[Step]:
     text = (root / "docs" / "alerts.md").read_text()
     names = [m.group(2) for m in map(HEADING.match, _prose(text)) if m and len(m.group(1)) == 2]
     return [Step("docs/alerts.md", n) for n in names if re.fullmatch(r"(?:[A-Z][a-z]+){2,}", n)]
+
+
+def _qa_pages(root: Path) -> list[Step]:
+    """One alternative per qa results page the README's results link: the sentence that gives its command."""
+    linked = _links(root, Step("README.md"), section(root, Step("README.md", "Results")))
+    pages = sorted(page for page, _ in linked if re.fullmatch(r"bench/results/qa[\w-]*\.md", page))
+    return [Step(page, sentence="reproduce with") for page in pages]
 
 
 README = Step("README.md")
@@ -54,7 +63,7 @@ GOALS: dict[str, object] = {
     "scale out": [[Step("README.md", "GPUs with docker compose"), Step("docs/scaling-out.md")]],
     "act on an alert": lambda root: [[Step("README.md", "Alerts"), alert] for alert in _alerts(root)],
     "curl each service": [[Step("docs/services.md", "Every API with `curl`")]],
-    "reproduce a benchmark row": [[Step("README.md", "Results")]],
+    "reproduce a benchmark row": lambda root: [[Step("README.md", "Results"), page] for page in _qa_pages(root)],
 }
 
 
@@ -71,7 +80,13 @@ def _prose(text: str) -> list[str]:
 
 
 def section(root: Path, step: Step) -> str:
-    """The text of one section; KeyError when the page has no such heading."""
+    """The text of one section (or sentence); KeyError when the page has no such heading (or words)."""
+    if step.sentence:
+        text = (root / step.page).read_text()
+        for sentence in re.split(r"(?<=\.)\s+|\n\s*\n", text):
+            if step.sentence in sentence:
+                return sentence
+        raise KeyError(f"{step.page} has no sentence with {step.sentence!r}")
     lines = (root / step.page).read_text().splitlines()
     prose = _prose("\n".join(lines))
     headings = [(i, len(m.group(1)), m.group(2)) for i, m in enumerate(map(HEADING.match, prose)) if m]
@@ -126,7 +141,8 @@ def count(path: list[Step], root: Path = REPO) -> int:
     for step in [README, *path]:
         text = section(root, step)
         if step.page != "README.md" and not _reached(step, linked):
-            raise ValueError(f"{step.page} {step.section or '(top)'!r} is linked from no section read before it")
+            where = step.section or step.sentence or "(top)"
+            raise ValueError(f"{step.page} {where!r} is linked from no section read before it")
         linked |= _links(root, step, text)
         total += words(text)
     return total
@@ -146,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.parse_args(argv)
     over = 0
     for goal, (n, path) in counts().items():
-        steps = " → ".join(f"{s.page}{' § ' + s.section if s.section else ''}" for s in [README, *path])
+        steps = " → ".join(
+            f"{s.page}{' § ' + s.section if s.section else ''}{s.sentence and ' (the sentence with ' + repr(s.sentence) + ')'}"
+            for s in [README, *path]
+        )
         print(f"{n:5d}  {goal}: {steps}")
         over += n > LIMIT
     return 1 if over else 0
