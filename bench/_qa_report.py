@@ -357,12 +357,36 @@ def _seeds(doc: dict) -> list[str]:
     return sorted({key.split("/")[2] for key in doc["runs"] if key.count("/") == 2}, key=int)
 
 
+def reproduce_commands(doc: dict, stem: str) -> list[str]:
+    """The ``bench.qa`` commands that measure this page's runs again: one per set of ``--set`` settings the runs
+    had (recorded after the commit, ``2504d59 CODA_X=1``), each with its datasets, methods and seeds."""
+    cfg, groups = doc["config"], defaultdict(list)
+    for key, run in doc["runs"].items():
+        groups[tuple((run.get("commit") or "").split()[1:])].append(key.split("/"))
+    out = []
+    for settings, keys in sorted(groups.items()):
+        datasets = [d for d in DATASETS if d in {k[0] for k in keys}]
+        methods = [m for m in METHODS if m in {k[1] for k in keys}]
+        seeds = sorted({k[2] for k in keys if len(k) == 3}, key=int)
+        words = [".venv/bin/python -m bench.qa", f"--name {stem}", "--datasets", *datasets, "--methods", *methods]
+        words += ["--seeds", *seeds] if seeds else []
+        words += [f"--train-s {cfg['train_s']:.0f}"] if seeds else []
+        words += [f"--warm-steps {cfg['warm_steps']}"] if seeds and cfg.get("warm_steps") else []
+        words += [f"--searcher {cfg['searcher']}"] if "thinker-searcher" in methods and cfg.get("searcher") else []
+        words += [f"--limit {cfg['limit']}"] if cfg.get("limit") else []
+        words += [f"--set {setting}" for setting in settings]
+        out.append(" ".join(words))
+    return out
+
+
 def write_report(doc: dict, md: Path) -> None:
     cfg = doc["config"]
+    commands = "; ".join(f"`{c}`" for c in reproduce_commands(doc, md.stem))
     lines = [
         "# Real multi-hop QA: HotpotQA and 2WikiMultihopQA, held-out dev questions",
         "",
-        f"Written by `python -m bench.qa` (raw numbers: `{md.stem}.json.xz`); reproduce with `.venv/bin/python -m bench.qa`. "
+        f"Written by `python -m bench.qa` (raw numbers: `{md.stem}.json.xz`); reproduce with {commands}, at the "
+        "commit a row names (the recipes' defaults change between commits). "
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
         "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "

@@ -292,6 +292,8 @@ def check_generated(root: Path = REPO, pages: Iterable[str] = GENERATED) -> list
 #   {ROW @ COLUMN}        the cell of a markdown table of that file: the first table with a header cell COLUMN
 #                         and a row whose first cells are ROW (cells separated by " ; ": `full RED ; 2`);
 #   {ROW @ COLUMN @ num}  the same cell's first number ("32.6 (32.0–33.1)" → "32.6");
+#   {SECTION # ROW @ COLUMN [@ num]}  the same, in the tables under the first heading that starts with SECTION
+#                         (up to the next heading of its level or above): a file with one table per dataset;
 #   {re:REGEX}            the first group of REGEX's first match in the file.
 # No "|" anywhere in a snippet: a table cell of the page would end there (write "\x7c" in a REGEX).
 # `python -m testing.docs_check --write` rewrites every RENDERED from its file; the check fails otherwise.
@@ -328,8 +330,9 @@ def field_value(source: str, body: str) -> str:
             raise ValueError(f"no match for {body[3:]!r}")
         return match.group(1)
     row, column, *how = [part.strip() for part in body.split("@")]
+    section, _, row = row.rpartition(" # ")
     keys = [k.strip() for k in row.split(";")]
-    for header, rows in markdown_tables(source):
+    for header, rows in markdown_tables(section_text(source, section.strip()) if section else source):
         if column not in header:
             continue
         for cells in rows:
@@ -342,6 +345,23 @@ def field_value(source: str, body: str) -> str:
                     value = number.group(0)
                 return value
     raise ValueError(f"no table with a column {column!r} and a row {row!r}")
+
+
+def section_text(source: str, section: str) -> str:
+    """The lines under the first heading that starts with ``section``, up to the next heading of its level or
+    above; ValueError when there is no such heading."""
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        match = HEADING.match(line)
+        if match and match.group(2).startswith(section):
+            level, end = len(match.group(1)), len(lines)
+            for j in range(i + 1, len(lines)):
+                after = HEADING.match(lines[j])
+                if after and len(after.group(1)) <= level:
+                    end = j
+                    break
+            return "\n".join(lines[i + 1 : end])
+    raise ValueError(f"no heading that starts with {section!r}")
 
 
 def render_snippet(source: str, template: str) -> str:

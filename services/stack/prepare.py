@@ -144,13 +144,14 @@ class Layout:
         index = RetrieverSettings.load(recipe).index_dir
         corpus, args = index_source(index, stack)
         tiny = is_local(model, root)
-        # A hub model (the gpu profile) is not made here, so neither are make train's demonstrations for it.
+        # A hub model (the gpu profile) is not made here, but its demonstrations are: make-sft needs only its
+        # tokenizer, and both trainers read them (CODA_TRAINER_SFT_DATA), as make train's trainer does.
         return cls(
             model=Path(model),
             index=Path(index),
             corpus=corpus,
             index_args=tuple(args),
-            sft=sft_path(root, stack) if tiny else None,
+            sft=sft_path(root, stack),
             evals=root / "eval",
             tiny=tiny,
         )

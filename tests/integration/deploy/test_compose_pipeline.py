@@ -69,24 +69,31 @@ def test_a_prepare_job_runs_the_make_train_preparation_before_anything_reads_it(
                 assert mounts.get(target) == source, f"prepare does not write {target} where {reader} reads it"
 
 
-def test_the_cpu_trainer_reads_the_demonstrations_prepare_writes():
-    """The SFT data path comes from the function make train uses (tiny-cpu learns through RED/SFT on them)."""
+def test_both_trainers_read_the_demonstrations_prepare_writes():
+    """The SFT data path comes from the function make train uses (the recipes learn through RED/SFT on them):
+    the gpu trainer reads them as the cpu one does, from the `runs` volume prepare writes them to."""
     settings = StackSettings.load(TINY)
     layout = Layout.for_recipe(TINY, settings)
     expected = sft_path(COMPOSE_ROOT, settings)
     assert expected is not None and layout.sft == expected
-    env = service_environment(compose()["services"]["trainer-cpu"])
-    assert env["CODA_TRAINER_SFT_DATA"] == f"/app/{expected.as_posix()}"
-    assert "runs:/app/runs" in compose()["services"]["trainer-cpu"]["volumes"]
+    prepare_runs = next(
+        m.split(":")[0] for m in compose()["services"]["prepare"]["volumes"] if m.endswith(":/app/runs")
+    )
+    for trainer in TRAINERS:
+        service = compose()["services"][trainer]
+        assert service_environment(service)["CODA_TRAINER_SFT_DATA"] == f"/app/{expected.as_posix()}", trainer
+        assert f"{prepare_runs}:/app/runs" in service["volumes"], trainer
     # The model prepare builds is the one every cpu-profile service reads.
     assert layout.tiny and str(layout.model) == "runs/models/tiny"
 
 
-def test_gpu_recipes_get_no_tiny_model_and_no_stack_demonstrations():
+def test_gpu_recipes_get_no_tiny_model_but_the_demonstrations():
+    """A hub model is not built, but make-sft needs only its tokenizer: the gpu trainer gets demonstrations."""
     for recipe in ("coda", "red-coda", "search-r1"):
         path = str(ROOT / "configs" / f"{recipe}.toml")
-        layout = Layout.for_recipe(path, StackSettings.load(path))
-        assert not layout.tiny and layout.sft is None, recipe
+        settings = StackSettings.load(path)
+        layout = Layout.for_recipe(path, settings)
+        assert not layout.tiny and layout.sft == sft_path(COMPOSE_ROOT, settings) is not None, recipe
 
 
 @pytest.mark.parametrize("env_name", ["example", "defaults"])

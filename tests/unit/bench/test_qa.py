@@ -513,3 +513,22 @@ def test_an_arm_that_names_another_agent_gets_that_agents_demonstrations(monkeyp
     assert stack.agent == "naive-rag" and stack.demonstrations == "rag"
     assert "CODA_ROLLOUT_AGENT" not in os.environ
     assert runner.stack("2wiki", "sft", tmp_path / "run2").demonstrations == "search"
+
+
+def test_a_page_says_the_commands_that_measure_its_runs_again(report):
+    """One command per set of --set settings its runs had, each with the page's name, datasets, methods, seeds."""
+    doc = {
+        "config": {"train_s": 1800.0, "warm_steps": 60, "limit": 100, "seeds": [0]},
+        "runs": {
+            "2wiki/naive-rag": {"commit": "d05a8fe"},
+            "2wiki/flat/0": {"commit": "d05a8fe"},
+            "2wiki/coda/0": {"commit": "2504d59 CODA_TRAINER_ADVANTAGE=dr_grpo"},
+            "2wiki/coda/1": {"commit": "2504d59 CODA_TRAINER_ADVANTAGE=dr_grpo"},
+        },
+    }
+    assert report.reproduce_commands(doc, "qa-x") == [
+        ".venv/bin/python -m bench.qa --name qa-x --datasets 2wiki --methods naive-rag flat --seeds 0 "
+        "--train-s 1800 --warm-steps 60 --limit 100",
+        ".venv/bin/python -m bench.qa --name qa-x --datasets 2wiki --methods coda --seeds 0 1 "
+        "--train-s 1800 --warm-steps 60 --limit 100 --set CODA_TRAINER_ADVANTAGE=dr_grpo",
+    ]

@@ -16,6 +16,7 @@ from testing.docs_check import (
     makefile_variables,
     python_invocation,
     render_snippet,
+    run_checks,
     slug,
 )
 
@@ -179,3 +180,64 @@ def test_section_pointers_in_comments_must_name_a_heading(tmp_path):
         "compose.yml:4: points to 'docs/scaling-out.md#the-trainer': docs/scaling-out.md has no such heading",
         "compose.yml:4: points to 'DESIGN.md §9': no such file DESIGN.md",
     ]
+
+
+TWO_DATASETS = """\
+# QA
+
+## HotpotQA (dev)
+
+| method | F1 |
+|---|---|
+| SFT only | 0.180 |
+
+## 2WikiMultihopQA (dev)
+
+| method | F1 |
+|---|---|
+| SFT only | 0.317 |
+"""
+
+
+def test_a_section_picks_the_table_under_its_heading():
+    """One results file, one table per dataset with the same rows: `SECTION # ROW @ COLUMN` says which."""
+    template = "{SFT only @ F1} = {HotpotQA # SFT only @ F1}, 2Wiki {2WikiMultihopQA # SFT only @ F1 @ num}"
+    assert render_snippet(TWO_DATASETS, template) == "0.180 = 0.180, 2Wiki 0.317"
+    try:
+        render_snippet(TWO_DATASETS, "{MuSiQue # SFT only @ F1}")
+    except ValueError as error:
+        assert "no heading that starts with 'MuSiQue'" in str(error)
+    else:
+        raise AssertionError("a section that is not there must fail")
+
+
+def _repository(tmp_path: Path, quoted: str, comment: str) -> Path:
+    """A checkout in miniature: a README quoting a results file, a code file pointing into the README."""
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "qa.md").write_text(TWO_DATASETS)
+    (tmp_path / "Makefile").write_text(MAKEFILE)
+    snippet = "<!-- from: bench/results/qa.md: F1 {2WikiMultihopQA # SFT only @ F1} -->"
+    (tmp_path / "README.md").write_text(f"# Title\n\n## Results\n\n| qa | {snippet}F1 {quoted}<!-- end --> |\n")
+    (tmp_path / "stack.py").write_text(f"# {comment}\n")
+    return tmp_path
+
+
+def _planted(root: Path) -> list[str]:
+    """What the whole check says of ``root``, but for the generated pages this miniature has none of."""
+    return [str(p) for p in run_checks(root, help_of=HELP.get) if "not current: regenerate" not in p.what]
+
+
+def test_the_whole_check_passes_a_checkout_that_agrees(tmp_path):
+    assert _planted(_repository(tmp_path, "0.317", 'the numbers: README "Results"')) == []
+
+
+def test_the_whole_check_fails_on_a_quoted_number_its_results_file_contradicts(tmp_path):
+    problems = _planted(_repository(tmp_path, "0.371", 'the numbers: README "Results"'))  # planted: 0.371
+    assert problems == [
+        "README.md:5: says 'F1 0.371' where bench/results/qa.md says 'F1 0.317' (python -m testing.docs_check --write)"
+    ]
+
+
+def test_the_whole_check_fails_on_a_dead_section_pointer_in_a_code_comment(tmp_path):
+    problems = _planted(_repository(tmp_path, "0.317", 'the numbers: README "Benchmarks"'))  # planted: no such heading
+    assert problems == ["stack.py:1: points to 'README \"Benchmarks\"': README.md has no such heading"]
