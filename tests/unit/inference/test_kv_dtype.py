@@ -65,3 +65,20 @@ def test_fp32_is_unchanged_and_bf16_kv_works(tiny):
     wide = greedy(ModelRunner(tiny, precision="bf16", kv_dtype="fp32"), prompt)
     assert auto[1] == (torch.bfloat16, torch.bfloat16) and wide[1] == (torch.float32, torch.float32)
     assert auto[0] == wide[0] and torch.equal(auto[2], wide[2]) and auto[3] * 2 == wide[3]
+
+
+def test_bf16_linears_under_autocast_compute_the_same_bits(tiny):
+    """Under autocast the decoder's linears are stored in bf16 (no per-forward cast); the logits are those of
+    fp32 weights cast by autocast, bit for bit, and a tied output head stays fp32."""
+    stored = ModelRunner(tiny, precision="bf16")
+    cast = ModelRunner(tiny, precision="bf16")
+    for module in cast.base.modules():  # what the server held before: fp32 weights autocast casts each forward
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.float()
+    linears = [m for m in stored.base.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.dtype == torch.bfloat16 for m in linears)
+    assert stored.base.get_input_embeddings().weight.dtype == torch.float32
+    prompt = list(range(10, 60))
+    assert greedy(stored, prompt)[0] == greedy(cast, prompt)[0]
+    a, b = stored.prefill(prompt, None)[0], cast.prefill(prompt, None)[0]
+    assert torch.equal(a, b)
