@@ -38,6 +38,13 @@ def hints(root: str) -> dict[str, dict[str, st.SearchStrategy]]:
             "logprobs": mostly(st.integers(0, 5) | st.none(), st.integers(-1, 30)),
             "stop": mostly(st.sampled_from([None, "a", ["a", "b"]]), st.sampled_from(["", [""], ["a"] * 50])),
             "seed": st.integers() | st.none(),
+            "stop_token_ids": mostly(st.lists(st.integers(0, 1023), max_size=3), st.lists(st.integers(), max_size=3)),
+            "min_tokens": mostly(st.integers(0, 8), st.sampled_from([-1, 10**9])),
+            "ignore_eos": st.booleans(),
+            "include_stop_str_in_output": st.booleans(),
+            "skip_special_tokens": st.booleans(),
+            "return_token_ids": st.booleans() | st.none(),
+            "return_tokens_as_token_ids": st.booleans() | st.none(),
         },
         "POST /collective_rpc": {
             "method": st.sampled_from([RELOAD_METHOD, RELOAD_METHOD, INFO_METHOD, "", "shutdown"]),
