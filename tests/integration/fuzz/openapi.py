@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import string
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -417,8 +420,47 @@ def fuzz_service(target: Target, monkeypatch) -> dict[str, Outcome]:
                 results[f"{op.name} [{auth}]"] = fuzz(target, op, auth)
             except AssertionError as exc:  # every route is fuzzed; all failures are reported together
                 failures.append(f"{op.name} [{auth}]: {exc}")
+    failures += wrong_methods(target)
+    failures += cut_bodies(target)
+    failures += counted_server_errors(target)
     assert not failures, "\n\n".join(failures)
     return results
+
+
+def cut_bodies(target: Target) -> list[str]:
+    """Each route sent part of a body (and each control route without the token): the client leaves mid-body.
+    Nobody hears the answer, so what is checked is the server's own count (``counted_server_errors``)."""
+    host, port = target.url.removeprefix("http://").split(":")
+    for op in operations(target.url, target.app):
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+            head = f"{op.method} {op.path} HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\n"
+            sock.sendall(f"{head}Content-Length: 1000\r\n\r\n".encode() + b'{"cut": "')
+            time.sleep(0.05)  # the server is reading the body when the client goes
+    time.sleep(0.2)
+    return []
+
+
+def counted_server_errors(target: Target) -> list[str]:
+    """The 5xx the service itself counted (``coda_http_requests_total``), including answers no client saw."""
+    text = httpx.get(target.url + "/metrics", timeout=TIMEOUT_S).text
+    counted = re.findall(r'^coda_http_requests_total\{([^}]*status="5\d\d"[^}]*)\} (\S+)$', text, re.MULTILINE)
+    return [f"the service counted {float(n):.0f} server error(s): {labels}" for labels, n in counted if float(n) > 0]
+
+
+def wrong_methods(target: Target) -> list[str]:
+    """Each listed path sent each method it does not declare: a 405 in the house error body, never a 5xx."""
+    spec = httpx.get(target.url + "/openapi.json", timeout=TIMEOUT_S).json()
+    failures = []
+    with httpx.Client(base_url=target.url, timeout=TIMEOUT_S) as client:
+        for path, methods in spec["paths"].items():
+            for method in {"GET", "POST", "PUT", "PATCH", "DELETE"} - {m.upper() for m in methods}:
+                response = client.request(method, path, content=b"{}", headers={"content-type": "application/json"})
+                try:
+                    assert response.status_code == 405, "not a 405"
+                    assert response.json()["error"]["message"], "no message"
+                except (AssertionError, ValueError, KeyError, TypeError) as exc:
+                    failures.append(f"{method} {path}: {exc}: {response.status_code} {response.text[:200]!r}")
+    return failures
 
 
 def summary(results: dict[str, Outcome]) -> str:
