@@ -99,7 +99,6 @@ def fuzz_rollout(fake_llm, fuzz_retriever, redis_server):
         retry_attempts=2,
         retry_backoff_s=0.01,
         max_turns=3,
-        executor_max_turns=2,
         max_tokens_per_turn=200,
         max_context_tokens=8000,
         http_timeout_s=20,
