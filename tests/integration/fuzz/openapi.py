@@ -15,7 +15,9 @@ What every answer must be: not a 5xx, within ``TIMEOUT_S`` (a timeout is a hang)
 in the house error body (``error.message``). A control route (``shared.http.CONTROL``) is fuzzed twice: with the
 control token, and without it (no header, a wrong token, a wrong scheme), where nothing may succeed. A request
 that would stop the server doing its work (``Target.forbid``: ``POST /pause?mode=wait``) is never sent with the
-token. The caller checks afterwards that the server still answers a valid request correctly.
+token. Then each path gets every method it does not declare (a 405) and a body its client abandons halfway, and
+the service's own count of answers (``coda_http_requests_total``) may hold no 5xx, not even one no client saw.
+The caller checks afterwards that the server still answers a valid request correctly.
 """
 
 from __future__ import annotations
