@@ -53,12 +53,16 @@ class BodyGuard:
         await self.app(scope, _replay(body, receive), send)
 
     async def _read(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole body, or None once the request has been answered (too large) or the client left."""
+        """The whole body, or None once the request has been answered (too large, or the client left)."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                # Answered (nobody reads it; the server drops it) so that the request ends as a 499, nginx's
+                # "client closed request": with no response at all the metrics middleware raised "No response
+                # returned." and the request was logged as an exception and counted as a 500.
+                await _refuse(scope, send, 499, f"the client disconnected after sending {size} bytes of the body")
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)

@@ -38,12 +38,23 @@ class WeightsError(ValueError):
 
 
 def resolve_under(root: Path, path: str, what: str) -> Path:
-    """``path`` resolved, refused unless it lies inside ``root`` and exists."""
-    resolved = Path(path).expanduser().resolve()
+    """``path`` resolved, refused unless it lies inside ``root`` and exists.
+
+    A path the operating system cannot look up (a NUL byte, a component over NAME_MAX, ``~user`` of no user)
+    is a 400 that says so, not an exception out of the route (each was a 500)."""
+    if "\x00" in path:
+        raise WeightsError(f"{what} {path[:200]!r} holds a NUL byte, which no file path can")
     root = root.expanduser().resolve()
-    if resolved != root and root not in resolved.parents:
+    try:
+        resolved = Path(path).expanduser().resolve()
+        inside = resolved == root or root in resolved.parents
+        exists = inside and resolved.exists()
+    except (OSError, RuntimeError) as exc:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        raise WeightsError(f"{what} {path[:200]!r} is not a usable path: {reason}") from None
+    if not inside:
         raise WeightsError(f"{what} {path!r} is outside the weights root {str(root)!r} configured on this server")
-    if not resolved.exists():
+    if not exists:
         raise WeightsError(f"{what} {path!r} does not exist", 404)
     return resolved
 
