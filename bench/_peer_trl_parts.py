@@ -55,7 +55,10 @@ class Run:
     records: list[dict] = field(default_factory=list)  # lets --rescore recompute every metric later
 
 
-SERVICES = ("trainer", "inference", "rollout", "retriever", "searcher", "redis", "stack")
+SERVICES = ("trainer", "inference", "rollout", "retriever", "searcher", "redis", "stack", "tools")
+# What a process's command line holds, per name of SERVICES: "stack" is the launcher (make train), "tools" a
+# data or model tool it runs (make_sft, import_gguf).
+_MARKS = {"redis": "redis", "stack": "-m launcher", "tools": "-m tools."}
 
 
 def service_of(cmdline: list[str]) -> str:
@@ -63,7 +66,7 @@ def service_of(cmdline: list[str]) -> str:
     process, a helper)."""
     text = " ".join(cmdline)
     for name in SERVICES:
-        if f"services.{name}" in text or (name == "redis" and "redis" in text):
+        if _MARKS.get(name, f"services.{name}") in text:
             return name
     return "other"
 

@@ -7,7 +7,7 @@ from launcher.alerts.monitor import Monitor, monitor_for, summary_lines
 from launcher.alerts.observed import parse_scrape
 from launcher.alerts.settings import AlertSettings
 from launcher.report import render_summary
-from tests.unit.stack.alerts.test_checks import healthy_step
+from tests.unit.launcher.alerts.test_checks import healthy_step
 
 
 class Clock:
