@@ -1,4 +1,5 @@
-"""``python -m tools.make_sft``: SFT demonstrations for RED from gold answers and documents the retriever ACTUALLY returned.
+"""``python -m tools.make_sft``: SFT demonstrations for RED from gold answers and documents the retriever ACTUALLY
+returned.
 
 Each demonstration is what the agent's rollout would build, token-in/token-out: the agent's own prompt (mask 0),
 its actions (mask 1), the real retrieved documents and other observations (mask 0), its answer and EOS (mask 1).

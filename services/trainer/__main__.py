@@ -1,4 +1,4 @@
-"""``python -m services.trainer train``: run the trainer (its SFT demonstrations come from ``python -m tools.make_sft``).
+"""``python -m services.trainer train``: run the trainer (SFT demonstrations come from ``python -m tools.make_sft``).
 
     python -m services.trainer train --recipe configs/tiny-cpu.toml --redis-url redis://127.0.0.1:6379/0
     torchrun --nproc_per_node 2 -m services.trainer train --zero-stage 2 ...    (multi-process)

