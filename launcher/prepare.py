@@ -76,7 +76,7 @@ class Layout:
     sft: Path | None
     evals: Path  # one folder per eval label (step0, final)
     tiny: bool = True  # the model is a local folder (built or imported here, or given), not a hub id
-    source: str | None = None  # where a missing model comes from: None builds a tiny one, else import-gguf's
+    source: str | None = None  # where a missing model comes from: None builds a tiny one, else tools.import_gguf's
 
     @classmethod
     def for_run(cls, run: Path, stack: StackSettings, sft_format: str = "search") -> Layout:

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
-from recipes import AGENTS, Agent, agent_params, get_agent, load_reward
+from agents import AGENTS, Agent, agent_params, get_agent, load_reward
 from agents.coda import CoDAParams
 from agents.core.turns import Budget
 from agents.datasets import PromptRecord, load_prompts, select_split

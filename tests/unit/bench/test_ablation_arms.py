@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench._ablation_arms import RED_CODA, SMOL, SMOL_BUDGET
-from services.stack.config import StackSettings
+from launcher.config import StackSettings
 from services.trainer.config import TrainerSettings
 
 SFT_KEYS = {
