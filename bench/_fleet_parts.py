@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from recipes.core.tokenizer import CharTokenizer
+from agents.core.tokenizer import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder

@@ -55,7 +55,10 @@ class Run:
     records: list[dict] = field(default_factory=list)  # lets --rescore recompute every metric later
 
 
-SERVICES = ("trainer", "inference", "rollout", "retriever", "searcher", "redis", "stack")
+SERVICES = ("trainer", "inference", "rollout", "retriever", "searcher", "redis", "stack", "tools")
+# What a process's command line holds, per name of SERVICES: "stack" is the launcher (make train), "tools" a
+# data or model tool it runs (make_sft, import_gguf).
+_MARKS = {"redis": "redis", "stack": "-m launcher", "tools": "-m tools."}
 
 
 def service_of(cmdline: list[str]) -> str:
@@ -63,7 +66,7 @@ def service_of(cmdline: list[str]) -> str:
     process, a helper)."""
     text = " ".join(cmdline)
     for name in SERVICES:
-        if f"services.{name}" in text or (name == "redis" and "redis" in text):
+        if _MARKS.get(name, f"services.{name}") in text:
             return name
     return "other"
 
@@ -144,12 +147,12 @@ def clean_env() -> dict[str, str]:
 def run_stack(
     run: Run, recipe: Path, pythonpath: Path, run_root: Path, log: Path, timeout_s: float
 ) -> tuple[float, float, int, float, Path | None]:
-    """Our side of a run: ``services.stack train --new`` on ``recipe`` (``pythonpath`` holds its reward module),
+    """Our side of a run: ``launcher train --new`` on ``recipe`` (``pythonpath`` holds its reward module),
     timed by ``launch``; fills ``run.log``, ``peak_rss_mb`` and ``ok``. Returns (start, end, exit code, highest
     load, the run folder it made or None)."""
     before = set(run_root.glob("*")) if run_root.exists() else set()
     env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(pythonpath), str(ROOT)])}
-    cmd = [sys.executable, "-m", "services.stack", "train", "--recipe", str(recipe), "--new"]
+    cmd = [sys.executable, "-m", "launcher", "train", "--recipe", str(recipe), "--new"]
     start, code, rss, load = launch(
         [*cmd, "--run-root", str(run_root)], env, log, ROOT, timeout_s, peaks=run.peak_rss_by_service
     )
@@ -321,7 +324,7 @@ def render(runs: list[Run], meta: dict) -> tuple[str, dict]:
             "grad clip 1, PPO clip 0.2 / 0.28, no KL, token-mean loss, advantages normalised within each group, "
             "one gradient step per batch, fp32.",
             "",
-            "- **Ours**: `python -m services.stack train --recipe <copy of configs/single-turn.toml> --new` with "
+            "- **Ours**: `python -m launcher train --recipe <copy of configs/single-turn.toml> --new` with "
             '`[rollout] reward = "peer_rewards:contains_the"`, `max_tokens_per_turn = 32`, `max_steps = '
             f"{meta['steps']}`; everything else as shipped: the tiny model built per run, Redis, our CPU inference "
             "server, rollout and trainer as local processes, the step-0 eval before training (full fine-tuning) "

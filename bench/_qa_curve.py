@@ -4,7 +4,7 @@ While a trained arm runs, ``Snapshots`` copies the newest adapter its trainer pu
 into ``curve/`` every ``every_s`` seconds of training wall time, and once more when a phase ends (the warm
 start's last adapter is the point RL must not fall below). ``python -m bench.qa --curve`` then evaluates each
 kept adapter, outside the training budget, on a fixed subset of open-answer held-out questions (the first N in
-file order whose gold answer is not yes/no and not named in the question: ``recipes.question_kinds``), and
+file order whose gold answer is not yes/no and not named in the question: ``agents.question_kinds``), and
 ``write_curves`` draws F1 against training minutes per arm and seed, with the raw numbers beside the plot.
 """
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agents.rewards.peco import restates  # a CoDA task that asks the whole question
 from bench._qa_arms import DATASETS
-from recipes.rewards.peco import restates  # a CoDA task that asks the whole question
 
 
 def mean(xs: list) -> float | None:
@@ -21,9 +21,9 @@ def delegations(row: dict, expected: Sequence[Sequence[str]] | None = None) -> d
     best F1 an executor's answer had against the gold answers, whether the final answer is an executor's, how
     many executors answered nothing, whether task 2 builds on task 1's result (``chained``: it contains task
     1's executor answer, both normalised, the answer not empty; None with fewer than two tasks), and, given the
-    question's hop plan (``expected``: per delegation of ``recipes.plans.plan``, the answers its sub-question
+    question's hop plan (``expected``: per delegation of ``agents.plans.plan``, the answers its sub-question
     expects; ``expected_results``), the sub-answer F1 of each hop (``hop_f1``)."""
-    from recipes.answers import normalize_answer, token_f1  # the project's scoring; the report alone needs none
+    from agents.answers import normalize_answer, token_f1  # the project's scoring; the report alone needs none
 
     facts = row.get("facts") or {}
     if "tasks" not in facts:
@@ -49,7 +49,7 @@ def hop_f1(said: Sequence[str], expected: Sequence[Sequence[str]] | None) -> dic
     first half of the plan's sub-questions, hop 2 the second half: a bridge's two hops; a comparison's first
     and second compared entity; a bridge_comparison's four (both entities' first hops, then both second hops)
     averaged two by two. ``planned``: the plan's sub-questions (0: no plan, no hop F1)."""
-    from recipes.answers import token_f1
+    from agents.answers import token_f1
 
     if not expected:
         return {"planned": 0, "hop1_f1": None, "hop2_f1": None}
@@ -59,11 +59,11 @@ def hop_f1(said: Sequence[str], expected: Sequence[Sequence[str]] | None) -> dic
 
 
 def expected_results(dataset: str) -> dict[str, list[tuple[str, ...]]]:
-    """Each held-out question's hop plan (``recipes.plans.plan`` over its annotations), as the answers each
+    """Each held-out question's hop plan (``agents.plans.plan`` over its annotations), as the answers each
     delegation should return, by question id; questions without a plan (or without sub-questions) are absent.
     Only to measure an eval: no training path reads a held-out question's annotations."""
-    from recipes.datasets import HELDOUT, load_prompts
-    from recipes.plans import plan
+    from agents.datasets import HELDOUT, load_prompts
+    from agents.plans import plan
 
     out = {}
     for r in load_prompts(DATASETS[dataset]):

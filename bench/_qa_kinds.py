@@ -3,7 +3,7 @@ the targets (the bench's bar is on open-answer F1).
 
 Half of 2Wiki's questions are choices (yes/no, or an answer the question names), where picking a candidate without
 reading scores about 0.5; the report therefore leads with F1 on the *open* questions and shows the choice F1 next to
-what ``recipes.question_kinds.guess`` scores on the same questions. The kind is ``recipes.question_kinds``'s, never
+what ``agents.question_kinds.guess`` scores on the same questions. The kind is ``agents.question_kinds``'s, never
 redefined here: a row's own ``kind`` (the eval records it since the kinds existed), else the rule applied to the
 bundled question and golds the row's id names (rows carry neither the question nor its golds).
 
@@ -28,7 +28,7 @@ def lookup(dataset: str) -> dict[str, tuple[str, list[str]]]:
     if not source.startswith("bundled:"):
         return {}
     try:
-        from recipes.datasets import load_bundled
+        from agents.datasets import load_bundled
     except ImportError:
         return {}
     return {r.prompt_id: (r.question, list(r.golden_answers)) for r in load_bundled(source.split(":", 1)[1])}
@@ -37,7 +37,7 @@ def lookup(dataset: str) -> dict[str, tuple[str, list[str]]]:
 def kinds(dataset: str, runs: list[dict]) -> dict[str, str]:
     """``question id -> "open" | "choice"`` over the runs' rows; a question neither a row nor the dataset can
     classify is left out (it counts in no kind's F1)."""
-    from recipes.question_kinds import question_kind
+    from agents.question_kinds import question_kind
 
     known = lookup(dataset)
     out: dict[str, str] = {}
@@ -61,8 +61,8 @@ def of_kind(kind_of: dict[str, str], ids, kind: str) -> list[str]:
 def guess_scores(dataset: str, ids) -> dict[str, float]:
     """The reading-free baseline per question: token F1 of ``guess(question)`` against the golds (the best over
     the golds, as the eval scores an answer), for the ``ids`` the dataset knows."""
-    from recipes.answers import token_f1
-    from recipes.question_kinds import guess
+    from agents.answers import token_f1
+    from agents.question_kinds import guess
 
     known = lookup(dataset)
     return {q: token_f1(guess(known[q][0]), known[q][1]) for q in ids if q in known}

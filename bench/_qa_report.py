@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.rewards.peco import RESTATES  # a CoDA task that asks the whole question
 from bench._qa_arms import CODA_LIKE, DATASETS, METHODS, RL, TITLES, TRAINED
 from bench._qa_delegations import _share, hierarchy_stats
 from bench._qa_delegations import mean as _mean
@@ -35,7 +36,6 @@ from bench._qa_kinds import (
     targets,
     type_kind,
 )
-from recipes.rewards.peco import RESTATES  # a CoDA task that asks the whole question
 
 # Paired differences the report tables (first − second, on the same questions): open, choice, overall and these
 # types. Each RL arm against its own SFT-only arm first: whether RL added anything is the bench's first question.
@@ -172,11 +172,11 @@ def _rewards(runs: list[dict]) -> str:
 
 @cache
 def _current_types(dataset: str) -> dict[str, str]:
-    """Each question's type as ``recipes.datasets.question_type`` gives it now: a run recorded before a type
+    """Each question's type as ``agents.datasets.question_type`` gives it now: a run recorded before a type
     could be told (2Wiki's unlabelled questions, once ``unknown``) is tabled like a run made today. Empty when
     the project is not importable (the report alone)."""
     try:
-        from recipes.datasets import load_prompts, question_type
+        from agents.datasets import load_prompts, question_type
     except ImportError:
         return {}
     return {r.prompt_id: question_type(r) for r in load_prompts(DATASETS[dataset])}
@@ -265,7 +265,7 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
         "CoDA's delegations by question type (greedy, held out; seeds pooled): tasks per question; questions split "
         f"into two or more tasks; tasks restating the question (token F1 ≥ {RESTATES} and every word of it); chain: of the split "
         "questions, those whose task 2 contains task 1's executor answer (normalised, not empty); hop-1 / hop-2 F1: "
-        "each executor's answer against the sub-question the question's plan (`recipes.plans`, from the held-out "
+        "each executor's answer against the sub-question the question's plan (`agents.plans`, from the held-out "
         "annotations, read to measure only) expects at the same delegation index, over the planned questions (a "
         "delegation not made scores 0; hop 1 = the first half of the plan's sub-questions, hop 2 = the second "
         "half: a bridge's two hops, a comparison's two entities, a bridge_comparison's two first hops then two "
@@ -388,12 +388,12 @@ def write_report(doc: dict, md: Path) -> None:
         f"Written by `python -m bench.qa` (raw numbers: `{md.stem}.json.xz`); reproduce with {commands}, at the "
         "commit a row names (the recipes' defaults change between commits). "
         f"Machine: {cfg.get('machine', '?')}, no GPU. Model: SmolLM2-135M-Instruct (LoRA r16 for the trained "
-        "methods). Questions: each dataset's fixed held-out split (`recipes/datasets.py`, never trained on, never "
+        "methods). Questions: each dataset's fixed held-out split (`agents/datasets.py`, never trained on, never "
         f"a demonstration), {'the first ' + str(cfg['limit']) if cfg.get('limit') else 'all'} of them; greedy "
         f"decoding. Seeds: {', '.join(_seeds(doc)) or '–'} (the runs of a trained method are its seeds); a method "
         "missing below was not run (`--methods`). "
         "Arms (e)-(g) run the CoDA recipe (`smol-coda-*`): (e) its planner and executor demonstrations only; (f) a "
-        "warm start, then GRPO + RED with the recipe's reward (per role, `recipes/rewards/peco.py`, executors with "
+        "warm start, then GRPO + RED with the recipe's reward (per role, `agents/rewards/peco.py`, executors with "
         "their own baseline, since the recipes made it the default; the reward each run had is named under the "
         "table); (g) the same with CoDA's shared reward and the planner's advantage inherited by its executors "
         "(`CODA_ROLLOUT_CODA__REWARD_MODE=shared`, `CODA_TRAINER_ROLE_BASELINE=inherit`). (h) a Thinker trained like (d) "
@@ -410,7 +410,7 @@ def write_report(doc: dict, md: Path) -> None:
         "multiplies bf16 natively, else fp32; no bracket: recorded before the bench noted it). "
         "Commit: what each row's runs ran "
         "(`+configs`: with the recipes then uncommitted; `?`: recorded before commits were). "
-        "Open and choice (`recipes/question_kinds.py`): a question is a *choice* when a gold answer is yes/no or is "
+        "Open and choice (`agents/question_kinds.py`): a question is a *choice* when a gold answer is yes/no or is "
         'named in the question ("Which film came out first, X or Y?"), where picking a candidate without reading '
         "scores about half; every other question is *open* (its answer has to be found by reading), so the tables "
         "lead with open-answer F1. The reading-free choice baseline answers each choice question with "

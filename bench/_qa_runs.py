@@ -8,10 +8,10 @@ import itertools
 import os
 from pathlib import Path
 
+from agents.answers import as_gold_list
+from agents.datasets import load_prompts, question_type, select_split
 from bench._qa_arms import DATASETS
-from recipes.answers import as_gold_list
-from recipes.datasets import load_prompts, question_type, select_split
-from services.stack import read_log
+from launcher import read_log
 
 
 @contextlib.contextmanager

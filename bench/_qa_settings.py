@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from recipes.coda import CoDAParams
+from agents.coda import CoDAParams
 from services.rollout.config import RolloutSettings
 from services.trainer.config import TrainerSettings
 from shared.precision import compute_dtype

@@ -239,7 +239,7 @@ def run(root: Path, arms: list[str], reps: int, steps: int, baseline: str, model
     """Every arm ``reps`` times, alternating (reversed on odd rounds); returns each run's child output.
 
     A child is ``python -m bench.step_profile`` with cwd and PYTHONPATH its arm's tree, then ``root``: the
-    tree's ``services``/``shared``/``recipes`` come first; ``bench`` comes from ``root`` while the tree's
+    tree's ``services``/``shared``/``agents`` come first; ``bench`` comes from ``root`` while the tree's
     ``bench/`` is no regular package (an older commit's plain folder of scripts) and from the tree otherwise."""
     import subprocess
 

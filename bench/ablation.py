@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench._ablation_arms import SMOL as ARMS  # noqa: E402
 from bench._ablation_report import write_report  # noqa: E402
-from services.stack import (  # noqa: E402
+from launcher import (  # noqa: E402
     Layout,
     LocalStack,
     StackSettings,

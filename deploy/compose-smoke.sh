@@ -283,7 +283,7 @@ after_version=$(status_field version)
 [ "$after_version" -gt "$resumed_version" ] || fail "the version did not move after the restart"
 
 if [ "${SMOKE_EVAL:-1}" != 0 ]; then
-    say "held-out eval of the served policy (python -m services.stack eval)"
+    say "held-out eval of the served policy (python -m launcher eval)"
     timeout 900 "${COMPOSE_CMD[@]}" run --rm --no-deps prepare eval --label smoke 2>&1 \
         | grep -E '^\[eval|ALL|failed' | sed 's/^/    /' || fail "the eval failed"
 fi

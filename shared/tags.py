@@ -2,7 +2,7 @@
 parsers all read it from here.
 
 The tag protocol is what must match the upstream projects (Search-R1, CoDA; ``docs/upstream.md``); prompts
-live in ``recipes/prompts.py``.
+live in ``agents/prompts.py``.
 """
 
 from __future__ import annotations

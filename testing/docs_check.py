@@ -34,8 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Generated pages: path → (module, function that renders it, the command that writes it).
 GENERATED = {
-    "docs/configuration.md": ("services.stack.reference", "render", "python -m services.stack config-reference"),
-    "docs/metrics.md": ("services.stack.glossary", "render", "python -m services.stack.glossary"),
+    "docs/configuration.md": ("launcher.reference", "render", "python -m launcher config-reference"),
+    "docs/metrics.md": ("tools.glossary", "render", "python -m tools.glossary"),
 }
 FENCE = re.compile(r"^(```|~~~)")
 INLINE = re.compile(r"(`+)(.+?)\1")

@@ -15,7 +15,7 @@ model never searches, and the path of an agent that does is the one that matters
 question, then answers it, right in every other episode (a group with a reward spread: GRPO trains on it).
 Every completion request is also sent to the real inference server, whose work counts as the servers'.
 
-What counts: a file under services/, shared/ or recipes/ counts once one of its functions is called on the
+What counts: a file under services/, shared/ or agents/ counts once one of its functions is called on the
 trajectory's behalf (``sys.settrace`` on every thread; module and class bodies never count, nor calls made
 while a module is being imported, so start-up and imports do not):
 - rollout: the producer's own loop (``Producer.run``: admission, the prompt) and the measured group's task
@@ -53,7 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "tiny-cpu.toml"
 LOOKUP = REPO / "data" / "lookup"
-ROOTS = ("services", "shared", "recipes")
+ROOTS = ("services", "shared", "agents")
 STAGES = ("rollout", "wire", "trainer")
 # The trainer's steps, told apart by two functions (file, qualname): a step's groups are trained in
 # ``_train_on``, whose return starts the next step (its read); the trajectory's way ends when the optimizer step
@@ -263,7 +263,7 @@ class Tee:
 
 def scripted_policy(records):
     """A Search-R1 policy: search for the question, then answer, right in every other episode."""
-    from recipes.prompts import question_text
+    from agents.prompts import question_text
 
     gold = {question_text(r.question): r.golden_answers[0] for r in records}
     answers = count()
@@ -355,7 +355,7 @@ def measure(work: Path, timeout_s: float = 120.0) -> Measurement:
 
 
 def run(stack: contextlib.ExitStack, work: Path, tracer: Tracer, timeout_s: float) -> None:
-    from recipes.core.tokenizer import load_tokenizer
+    from agents.core.tokenizer import load_tokenizer
     from services.inference.app import create_inference_app
     from services.inference.config import InferenceSettings
     from services.retriever.app import build_app as retriever_app

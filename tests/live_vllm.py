@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.stack.vllm import SERVE_COMMAND, serve_env
+from launcher.vllm import SERVE_COMMAND, serve_env
 from shared.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]

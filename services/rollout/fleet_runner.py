@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from recipes.core.context import AgentContext, Episode
-from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState
-from recipes.datasets import PromptRecord
+from agents.core.context import AgentContext, Episode
+from agents.core.llm import FrozenGenerator, PolicyGenerator, PolicyState
+from agents.datasets import PromptRecord
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import Fleet, Server
 from services.rollout.runtime import llm_client

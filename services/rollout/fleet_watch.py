@@ -39,7 +39,7 @@ from collections.abc import Callable
 import httpx
 import redis
 
-from recipes.core.llm import PolicyState
+from agents.core.llm import PolicyState
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import Fleet, Server
 from services.rollout.loader import LOAD_TIMEOUT_S, load_update, unload_adapter

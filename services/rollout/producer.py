@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import redis
 
-from recipes.core.context import AgentContext, Episode
-from recipes.datasets import PromptRecord
-from recipes.question_kinds import question_kind
+from agents.core.context import AgentContext, Episode
+from agents.datasets import PromptRecord
+from agents.question_kinds import question_kind
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
@@ -55,7 +55,7 @@ def group_has_signal(group: TrajectoryGroup) -> bool:
 class PromptQueue:
     """Prompts in a seeded shuffled order, epoch after epoch; failed prompts are re-queued first.
 
-    ``choice_weight`` < 1 keeps each epoch every open question but each choice question (``recipes.question_kinds``)
+    ``choice_weight`` < 1 keeps each epoch every open question but each choice question (``agents.question_kinds``)
     only with that probability, drawn by a generator of its own (seeded from ``seed``: runs reproduce, and the
     shuffle's draws are those of ``choice_weight`` = 1, whose order is the same as without it)."""
 
@@ -72,7 +72,7 @@ class PromptQueue:
         if choice_weight == 0 and all(r.prompt_id in self.choices for r in self.records):
             raise ValueError(
                 f"choice_weight=0 leaves no prompts: all {len(self.records)} are choice questions "
-                "(yes/no, or the answer named in the question; recipes.question_kinds)"
+                "(yes/no, or the answer named in the question; agents.question_kinds)"
             )
         self.epoch = 0
         self.pending: deque[PromptRecord] = deque()

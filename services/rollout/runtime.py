@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from recipes.core.context import AgentContext
-from recipes.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
-from recipes.core.searcher_client import AsyncSearcherClient
-from recipes.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
-from recipes.search_r1 import SearchR1Params
-from recipes.single_turn import SingleTurnParams
+from agents.core.context import AgentContext
+from agents.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
+from agents.core.searcher_client import AsyncSearcherClient
+from agents.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
+from agents.search_r1 import SearchR1Params
+from agents.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings
 from shared.inference_client import AiohttpCompletions, InferenceClient
 from shared.retriever_client import AsyncRetrieverClient, BatchingRetriever

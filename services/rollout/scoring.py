@@ -1,6 +1,6 @@
 """Scores episodes with the recipe's reward and builds the published group.
 
-The reward is the agent's own (``recipes``) or the recipe TOML's ``[rollout] reward``; both are loaded by
+The reward is the agent's own (``agents``) or the recipe TOML's ``[rollout] reward``; both are loaded by
 name once. Rewards are per episode: the episode's reward goes to each of its trajectories, except those the
 reward scored on their own (``RewardResult.per_trajectory``, keyed by sample id), which get their own reward
 and components. CoDA's per-role reward gives each executor its own (the planner takes the episode's); in its
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from recipes import Agent, Scoring, get_agent, load_reward
-from recipes.answers import answer_scores
-from recipes.core.context import Episode, RewardResult
-from recipes.datasets import PromptRecord, gold_doc_ids
+from agents import Agent, Scoring, get_agent, load_reward
+from agents.answers import answer_scores
+from agents.core.context import Episode, RewardResult
+from agents.datasets import PromptRecord, gold_doc_ids
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
 from shared.protocol import TrajectoryGroup

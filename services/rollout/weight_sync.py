@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 import redis
 
-from recipes.core.llm import PolicyState
+from agents.core.llm import PolicyState
 from services.rollout.config import RolloutSettings
 from services.rollout.fleet import normalize
 from services.rollout.fleet_watch import FleetWatch

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import redis
 
-from recipes.core.llm import PolicyState
+from agents.core.llm import PolicyState
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from recipes.core.turns import Budget
+from agents.core.turns import Budget
 from shared.settings import ServiceSettings, service_config
 
 

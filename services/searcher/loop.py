@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recipes.core.context import AgentContext, search_documents
-from recipes.core.trajectory import TokenTrajectory
-from recipes.core.turns import Action, Observation, RoleSpec, run_turns
-from recipes.prompts import INVALID_SEARCH_ACTION, SEARCHER_NO_ANSWER, searcher_messages
+from agents.core.context import AgentContext, search_documents
+from agents.core.trajectory import TokenTrajectory
+from agents.core.turns import Action, Observation, RoleSpec, run_turns
+from agents.prompts import INVALID_SEARCH_ACTION, SEARCHER_NO_ANSWER, searcher_messages
 from shared.protocol.search import SearchResponse
 
 

@@ -1,11 +1,9 @@
-"""``python -m services.trainer {train,make-sft}``: run the trainer, or build the SFT demonstrations.
+"""``python -m services.trainer train``: run the trainer (SFT demonstrations come from ``python -m tools.make_sft``).
 
     python -m services.trainer train --recipe configs/tiny-cpu.toml --redis-url redis://127.0.0.1:6379/0
     torchrun --nproc_per_node 2 -m services.trainer train --zero-stage 2 ...    (multi-process)
     torchrun --nnodes 2 --node_rank 0 --nproc_per_node 1 --master_addr HOST0 --master_port 29500 \
         -m services.trainer train ...                                             (and --node_rank 1 on HOST1)
-    python -m services.trainer make-sft --model models/tiny --retriever-url http://127.0.0.1:8000 \\
-        --qa data/hotpotqa/qa_supported.jsonl --out runs/sft.jsonl
 
 Settings: defaults < recipe ``[trainer]`` < ``CODA_TRAINER_*`` env < flags. torch, DeepSpeed and
 transformers are imported only after the arguments are parsed, so ``--help`` is instant.
@@ -42,15 +40,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     TrainerSettings.add_arguments(train)
-    from services.trainer.make_sft import add_arguments
-
-    add_arguments(
-        sub.add_parser(
-            "make-sft",
-            help="build SFT demonstrations from gold answers and retrieved docs",
-            description="Demonstrations for RED co-training: real retrieval, documents masked out of the loss.",
-        )
-    )
     return parser
 
 
@@ -120,12 +109,7 @@ def announce_contract(settings: TrainerSettings, patience: Patience) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "train":
-        return train(args)
-    from services.trainer.make_sft import run
-
-    print(run(args))
-    return 0
+    return train(args)
 
 
 if __name__ == "__main__":

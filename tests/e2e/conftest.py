@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from services.stack.config import StackSettings
-from services.stack.supervisor import Supervisor
-from services.stack.train import LocalStack
+from launcher.config import StackSettings
+from launcher.supervisor import Supervisor
+from launcher.train import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 

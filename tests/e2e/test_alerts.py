@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.stack.alerts.monitor import summary_lines
-from services.stack.report import read_log
+from launcher.alerts.monitor import summary_lines
+from launcher.report import read_log
 from tests.e2e.test_recipes import SMOKE, stack_redis
 
 REPO = Path(__file__).resolve().parents[2]

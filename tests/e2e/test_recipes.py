@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from services.stack.report import read_log
+from launcher.report import read_log
 from shared.protocol import WeightUpdate
 from shared.stream import StreamQueue
 
 REPO = Path(__file__).resolve().parents[2]
-# Every recipe, one per agent in recipes.RECIPES included, trains here (the ablation arms are no recipes:
+# Every recipe, one per agent in agents.AGENTS included, trains here (the ablation arms are no recipes:
 # bench/_ablation_arms.py overrides smol-cpu and red-coda).
 RECIPES = sorted(p.name for p in (REPO / "configs").glob("*.toml"))
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from services.stack.config import StackSettings
-from services.stack.report import read_log
-from services.stack.supervisor import Supervisor
-from services.stack.train import LocalStack
+from launcher.config import StackSettings
+from launcher.report import read_log
+from launcher.supervisor import Supervisor
+from launcher.train import LocalStack
 from tests.e2e.test_recipes import SMOKE
 from tests.live_vllm import VLLM_BIN, skip_without_vllm
 

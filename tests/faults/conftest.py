@@ -1,4 +1,4 @@
-"""One real pipeline (services/stack's LocalStack: Redis, retriever, inference, trainer, rollout) for the
+"""One real pipeline (launcher's LocalStack: Redis, retriever, inference, trainer, rollout) for the
 whole fault-injection module: building and starting it takes a minute, so the faults take turns on it."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The real local pipeline the fault-injection suite breaks, and what its checks read.
 
-``Pipeline.start`` runs what ``make train`` runs (``services.stack.train.LocalStack`` under its
+``Pipeline.start`` runs what ``make train`` runs (``launcher.train.LocalStack`` under its
 ``Supervisor``): the tiny-cpu recipe's tiny model and index, Redis with its AOF folder, the retriever, our CPU
 inference server, the trainer and the rollout, each a supervised process in its own process group. Faults
 use the supervisor's own services: ``kill``/``stall`` signal a service's process group, ``restart`` starts
@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import redis
 
+from launcher.config import StackSettings
+from launcher.report import read_log
+from launcher.supervisor import Service, Supervisor
+from launcher.train import LocalStack
 from services.rollout.config import RolloutSettings
-from services.stack.config import StackSettings
-from services.stack.report import read_log
-from services.stack.supervisor import Service, Supervisor
-from services.stack.train import LocalStack
 from shared.protocol import TrajectoryGroup
 from shared.stream import decode
 

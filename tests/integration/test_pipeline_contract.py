@@ -103,8 +103,8 @@ async def test_services_with_differing_contracts_refuse_to_start(tmp_path, redis
 def test_make_train_forgets_the_announcement_when_it_starts_the_trainer_and_rollout(
     tmp_path, redis_server, redis_client
 ):
-    from services.stack.config import StackSettings
-    from services.stack.train import LocalStack
+    from launcher.config import StackSettings
+    from launcher.train import LocalStack
 
     recipe = str(REPO / "configs" / "tiny-cpu.toml")
     stack = LocalStack(recipe, StackSettings.load(recipe, run_root=str(tmp_path)), run=tmp_path / "run")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from recipes.lookup_world import make_world, write_world
+from agents.lookup_world import make_world, write_world
 
 
 def test_deterministic_for_a_seed():

@@ -125,7 +125,7 @@ def test_each_caller_asks_the_one_rule(path):
 
 def test_no_module_defines_a_private_rule():
     offenders = {}
-    for folder in ("shared", "services", "recipes", "testing"):
+    for folder in ("shared", "services", "agents", "launcher", "tools", "testing"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
             if relative != RULE and (found := _private_rules(ast.parse(path.read_text()))):

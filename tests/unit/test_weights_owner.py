@@ -1,7 +1,7 @@
 """Weights flow one way: no module outside the rollout loads weights into a policy server (docs/architecture.md, "The pipeline").
 
-An AST scan of every project module (services/, shared/, recipes/, bench/, deploy/, testing/) for a call of
-the inference client's weight-loading methods (``load_lora``, ``unload_lora``, ``reload_weights``) or a call
+An AST scan of every project module (services/, shared/, agents/, launcher/, tools/, bench/, deploy/,
+testing/) for a call of the inference client's weight-loading methods (``load_lora``, ``unload_lora``, ``reload_weights``) or a call
 that names a weight-loading route. Only ``services/rollout/`` may make one (its ``loader`` is the one way in,
 used by the fleet watch and by the tools that load weights by hand). Excepted: the client that defines the
 methods, the inference server and its vLLM worker extension (they serve the routes), and the fake and the
@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SCANNED = ("services", "shared", "recipes", "bench", "deploy", "testing")
+SCANNED = ("services", "shared", "agents", "launcher", "tools", "bench", "deploy", "testing")
 OWNER = "services/rollout/"
 METHODS = frozenset({"load_lora", "unload_lora", "reload_weights"})
 ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "update_weights_from_path")

@@ -21,6 +21,14 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 # The services that have a folder, a Dockerfile and a settings class.
 SERVICES = ("retriever", "inference", "rollout", "searcher", "trainer")
+# The image that is no service: Dockerfile.stack (compose's prepare job) runs the launcher.
+PACKAGES = {"stack": "launcher"}
+
+
+def package(name: str) -> str:
+    """The package an image's name stands for: ``services.<name>``, or the launcher for ``stack``."""
+    return PACKAGES.get(name, f"services.{name}")
+
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+alt}; $$ is a literal $.
 _VAR = re.compile(
@@ -144,14 +152,14 @@ def listen_port(service: dict[str, Any]) -> int:
 
 
 def settings_class(service: str) -> type[ServiceSettings]:
-    """The one ServiceSettings subclass in ``services/<service>/config.py``."""
-    module = importlib.import_module(f"services.{service}.config")
+    """The one ServiceSettings subclass in ``services/<service>/config.py`` (``launcher/config.py`` for stack)."""
+    module = importlib.import_module(f"{package(service)}.config")
     classes = [
         obj
         for _, obj in inspect.getmembers(module, inspect.isclass)
         if issubclass(obj, ServiceSettings) and obj is not ServiceSettings and obj.__module__ == module.__name__
     ]
-    assert len(classes) == 1, f"services/{service}/config.py should define one settings class, has {classes}"
+    assert len(classes) == 1, f"{module.__name__} should define one settings class, has {classes}"
     return classes[0]
 
 
@@ -197,11 +205,12 @@ def dockerfile_env(path: Path) -> dict[str, str]:
 def _cli_tree(service: str):
     import ast
 
-    return ast.parse((ROOT / "services" / service / "__main__.py").read_text())
+    return ast.parse((ROOT / package(service).replace(".", "/") / "__main__.py").read_text())
 
 
 def subcommands(service: str) -> set[str]:
-    """The ``add_parser("name")`` subcommands of ``python -m services.<service>`` (read, not run)."""
+    """The ``add_parser("name")`` subcommands of ``python -m services.<service>`` (``launcher`` for stack; read,
+    not run)."""
     import ast
 
     names = set()

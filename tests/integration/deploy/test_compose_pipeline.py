@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.stack.config import StackSettings
-from services.stack.prepare import COMPOSE_ROOT, Layout, sft_path
+from launcher.config import StackSettings
+from launcher.prepare import COMPOSE_ROOT, Layout, sft_path
 from tests.integration.deploy.project import (
     ROOT,
     compose,
@@ -49,7 +49,7 @@ def test_a_prepare_job_runs_the_make_train_preparation_before_anything_reads_it(
     assert prepare["restart"] == "no" and "profiles" not in prepare, "prepare is a one-shot of every profile"
     assert prepare["build"]["dockerfile"] == "Dockerfile.stack"
     entry = next(a for i, a in dockerfile_instructions(ROOT / "Dockerfile.stack") if i == "ENTRYPOINT")
-    assert entry == '["python", "-m", "services.stack"]'
+    assert entry == '["python", "-m", "launcher"]'
     assert prepare["command"][0] == "prepare" and "prepare" in subcommands("stack")
     for reader in (*TRAINERS, "retriever", "policy-cpu"):
         assert services[reader]["depends_on"].get("prepare") == {"condition": "service_completed_successfully"}, (
@@ -59,7 +59,7 @@ def test_a_prepare_job_runs_the_make_train_preparation_before_anything_reads_it(
     for name, service in services.items():
         text = " ".join(walk_strings(service.get("command", [])))
         assert not re.search(r"make-tiny|make-sft|services\.retriever build", text), (
-            f"{name} repeats a preparation step of services/stack/prepare.py"
+            f"{name} repeats a preparation step of launcher/prepare.py"
         )
     mounts = {m.split(":")[1]: m.split(":")[0] for m in prepare["volumes"]}
     for reader in ("trainer-cpu", "retriever", "policy-cpu"):
@@ -197,7 +197,7 @@ def _compose_layout(root: Path) -> Layout:
 
 
 def test_prepare_runs_the_make_train_steps_in_order_then_nothing_on_a_restart(tmp_path):
-    from services.stack.train import LocalStack
+    from launcher.train import LocalStack
 
     layout = _compose_layout(tmp_path / "runs")
     stack = LocalStack(TINY, StackSettings.load(TINY, run_root=str(tmp_path / "prepare")), layout=layout)
@@ -219,7 +219,7 @@ def test_prepare_runs_the_make_train_steps_in_order_then_nothing_on_a_restart(tm
 
 
 def test_make_train_keeps_redis_and_the_servers_up_for_training(tmp_path):
-    from services.stack.train import LocalStack
+    from launcher.train import LocalStack
 
     stack = LocalStack(TINY, StackSettings.load(TINY, run_root=str(tmp_path)))
     sup = _RecordingSupervisor(stack.layout.evals)

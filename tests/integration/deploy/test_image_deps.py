@@ -20,7 +20,7 @@ from importlib.metadata import packages_distributions, requires
 import pytest
 from packaging.requirements import Requirement
 
-from recipes import AGENT_MODULES
+from agents import AGENT_MODULES
 from tests.integration.deploy.project import ROOT, SERVICES
 
 # Lazy imports a service makes only for an optional feature (with the build argument that adds them) or
@@ -33,7 +33,7 @@ OPTIONAL = {
         "torch": "EXTRAS=rollout,retriever (embedder = minilm)",
     },
     "searcher": {
-        "pyarrow": "recipes.datasets reads parquet prompts; the searcher reads none",
+        "pyarrow": "agents.datasets reads parquet prompts; the searcher reads none",
         "aiohttp": "shared.inference_client's AiohttpCompletions is the rollout's; the searcher uses the httpx client",
     },
     "trainer": {
@@ -87,12 +87,12 @@ def _imports(path) -> set[str]:
     return out
 
 
-PROJECT_PACKAGES = ("services", "shared", "recipes")
-# What reaches recipes.AGENTS, which imports every agent module on first use.
+PROJECT_PACKAGES = ("services", "shared", "agents")
+# What reaches agents.AGENTS, which imports every agent module on first use.
 RECIPE_REGISTRY = {
-    f"recipes.{n}"
+    f"agents.{n}"
     for n in (
-        *("AGENTS", "RECIPES", "get_agent", "get_recipe", "run_episode", "AgentParams", "Agent", "Scoring"),
+        *("AGENTS", "get_agent", "AgentParams", "Agent", "Scoring"),
         *("load_reward", "episode_reward", "agent_params", "demo_format", "demo_formats"),
     )
 }  # copied into every image (the Dockerfiles' COPY lines)
@@ -107,7 +107,7 @@ def reachable_third_party(service: str) -> set[str]:
             continue
         seen.add(name)
         if name in RECIPE_REGISTRY:  # the registry imports every agent module by name (no static import names them)
-            todo.extend(f"recipes.{m}" for m in AGENT_MODULES)
+            todo.extend(f"agents.{m}" for m in AGENT_MODULES)
         path = _module_path(name)
         if path is None:
             continue

@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from recipes import AGENTS as KNOWN_AGENTS
+from agents import AGENTS as KNOWN_AGENTS
 from tests.integration.deploy.project import ROOT, SERVICES, settings_class
 
 RECIPES = sorted((ROOT / "configs").glob("*.toml"))
@@ -47,15 +47,15 @@ def test_every_recipe_of_the_issue_is_shipped():
 
 @pytest.mark.parametrize("agent", sorted(KNOWN_AGENTS))
 def test_every_agent_has_its_recipe_toml(agent, monkeypatch):
-    """recipes.AGENTS is what the e2e smoke trains: each agent through configs/<agent>.toml."""
+    """agents.AGENTS is what the e2e smoke trains: each agent through configs/<agent>.toml."""
     path = ROOT / "configs" / f"{agent}.toml"
-    assert path.is_file(), f"recipes.AGENTS has {agent!r} but configs/{agent}.toml is missing"
+    assert path.is_file(), f"agents.AGENTS has {agent!r} but configs/{agent}.toml is missing"
     assert _load_all(path, monkeypatch)["rollout"].agent == agent
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_with_every_service(path, monkeypatch):
-    from services.stack.alerts.settings import AlertSettings
+    from launcher.alerts.settings import AlertSettings
 
     # [alerts]: the RL-health alerts' thresholds (docs/alerts.md), read by make train and the rules generator.
     sections = {settings_class(s).toml_section for s in READERS} | {"shared", AlertSettings.toml_section}

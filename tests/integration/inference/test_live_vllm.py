@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.core.llm import PolicyState
+from agents.core.llm import PolicyState
 from services.inference.config import InferenceSettings
 from services.rollout.fleet import Fleet
 from services.rollout.fleet_watch import FleetWatch

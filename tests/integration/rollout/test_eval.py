@@ -127,7 +127,7 @@ def test_eval_scores_each_row_with_the_recipes_reward(fake_llm, make_settings, t
     assert result["by_source"]["ALL"]["reward"] == pytest.approx(sum(r["reward"] for r in rows.values()) / 6)
     assert f"| {result['by_source']['ALL']['reward']:.3f} |" in format_table(result)  # as it is, not in percent
 
-    from services.stack.report import read_eval, render_summary
+    from launcher.report import read_eval, render_summary
 
     after = read_eval(tmp_path / "out")
     assert after.metrics["reward"] == result["by_source"]["ALL"]["reward"]

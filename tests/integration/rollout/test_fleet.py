@@ -12,8 +12,8 @@ import contextlib
 import threading
 import time
 
-from recipes.core.tokenizer import CharTokenizer
-from recipes.datasets import load_prompts
+from agents.core.tokenizer import CharTokenizer
+from agents.datasets import load_prompts
 from services.inference.app import start_heartbeat
 from services.inference.config import InferenceSettings
 from services.rollout.admission import Admission

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from recipes.core.tokenizer import HFTokenizer
-from recipes.datasets import load_prompts
-from recipes.prompts import (
+from agents.core.tokenizer import HFTokenizer
+from agents.datasets import load_prompts
+from agents.prompts import (
     decomposer_prompt,
     planner_messages,
     search_agent_messages,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from recipes.core.llm import PolicyState
+from agents.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
 from shared.protocol import WeightUpdate
 from shared.stream import StreamQueue

@@ -37,7 +37,7 @@ def test_the_count_is_a_sound_measurement_of_the_path(measured):
     assert m["count"] == len(path) == len(set(path)) > 0
     assert m["with_servers"] == m["count"] + len(files["servers"])
     # Each stage holds what its name says: the producer and the agent, the stream both ends use, the step.
-    assert {"services/rollout/producer.py", "recipes/search_r1.py"} <= set(files["rollout"])
+    assert {"services/rollout/producer.py", "agents/search_r1.py"} <= set(files["rollout"])
     assert "shared/stream.py" in files["wire"] and "services/trainer/step.py" in files["trainer"]
     assert {"services/inference/completions.py", "services/retriever/engine.py"} <= set(files["servers"])
     assert not {"services/trainer/publish.py", "services/trainer/observe.py"} & set(path)  # after the step

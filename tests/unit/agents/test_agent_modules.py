@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from recipes import AGENT_MODULES, AGENTS, demo_format, demo_formats
-from recipes.core.demonstrations import DemoFormat
-from services.trainer.make_sft import add_arguments
+from agents import AGENT_MODULES, AGENTS, demo_format, demo_formats
+from agents.core.demonstrations import DemoFormat
+from tools.make_sft import add_arguments
 
 ROOT = Path(__file__).resolve().parents[3]
-OUTSIDE = ("services", "shared", "bench", "testing", "deploy")  # every package but recipes/ (tests aside)
+OUTSIDE = ("services", "shared", "bench", "testing", "deploy")  # every package but agents/ (tests aside)
 
 
 def _modules(*folders: str) -> list[Path]:
@@ -29,14 +29,14 @@ def _tree(path: Path) -> ast.Module:
 def test_the_agent_list_names_every_module_that_defines_agents():
     defining = {
         p.stem
-        for p in (ROOT / "recipes").glob("*.py")
+        for p in (ROOT / "agents").glob("*.py")
         if any(
             isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "AGENTS" for t in node.targets)
             for node in _tree(p).body
         )
     }
     assert defining == set(AGENT_MODULES)
-    assert {agent.run.__module__ for agent in AGENTS.values()} == {f"recipes.{m}" for m in AGENT_MODULES}
+    assert {agent.run.__module__ for agent in AGENTS.values()} == {f"agents.{m}" for m in AGENT_MODULES}
 
 
 def test_each_demonstration_format_is_defined_in_its_agents_module():
@@ -51,7 +51,7 @@ def test_each_demonstration_format_is_defined_in_its_agents_module():
 
 
 def test_no_demonstration_is_built_outside_the_agents():
-    """No function outside recipes/ is a demonstration builder (named ``*demonstration``, as the agents' are) or
+    """No function outside agents/ is a demonstration builder (named ``*demonstration``, as the agents' are) or
     encodes observations the way one does, and none imports what builds one (an agent's builders, ``assemble``,
     ``encode_observation``)."""
     builders = ("demonstration", "assemble", "encode_observation")
@@ -62,7 +62,7 @@ def test_no_demonstration_is_built_outside_the_agents():
             if isinstance(node, ast.Attribute | ast.Name):
                 name = node.attr if isinstance(node, ast.Attribute) else node.id
                 assert name not in ("encode_observation", "assemble"), f"{path}:{node.lineno} {name}"
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recipes"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agents"):
                 for alias in node.names:
                     assert not alias.name.endswith(builders), f"{path}: imports {alias.name}"
 

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipes import run_episode
-from recipes.base import Scoring
-from recipes.coda import CodaFacts, CoDAParams, known_answer, per_role_reward, split_tasks
-from recipes.coda import reward as coda_reward
-from recipes.core.tokenizer import CharTokenizer
-from recipes.core.turns import Budget, validate_sequence
-from recipes.datasets import PromptRecord
-from recipes.prompts import PLANNER_SYSTEM
+from agents import get_agent
+from agents.base import Scoring
+from agents.coda import CodaFacts, CoDAParams, known_answer, per_role_reward, split_tasks
+from agents.coda import reward as coda_reward
+from agents.core.tokenizer import CharTokenizer
+from agents.core.turns import Budget, validate_sequence
+from agents.datasets import PromptRecord
+from agents.prompts import PLANNER_SYSTEM
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 
 QUESTION = "Where was the author of Hamlet born?"
@@ -68,7 +68,7 @@ async def test_repeated_and_restating_tasks_run_no_new_executor():
             "<think>done</think><answer> Stratford-upon-Avon </answer>",
         ]
     )
-    episode = await run_episode("coda", ctx, RECORD)
+    episode = await get_agent("coda").run(ctx, RECORD)
     assert episode.answer == "Stratford-upon-Avon"
     facts = episode.facts
     assert facts.tasks == (
@@ -118,15 +118,15 @@ async def test_the_question_delegated_whole_runs_its_executor_when_nothing_is_kn
                 "<think>done</think><answer> Stratford-upon-Avon </answer>",
             ]
         )
-        episode = await run_episode("coda", ctx, RECORD)
+        episode = await get_agent("coda").run(ctx, RECORD)
     finally:
         del EXECUTOR_ANSWERS[QUESTION]
     assert episode.facts == CodaFacts((QUESTION,), ("Stratford-upon-Avon",), (True,)) and len(episode.children) == 1
 
 
 def test_facts_whose_executed_flags_miss_the_executors_are_an_error():
-    from recipes.core.context import Episode
-    from recipes.core.trajectory import TokenTrajectory
+    from agents.core.context import Episode
+    from agents.core.trajectory import TokenTrajectory
 
     episode = Episode(main=TokenTrajectory([1], role="planner"), children=[TokenTrajectory([1], role="executor")])
     episode.facts = CodaFacts(("a?", "a?"), ("x", "x"), (True, True))  # two ran, one child

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from recipes import run_episode
-from recipes.base import Scoring
-from recipes.core.tokenizer import CharTokenizer, HFTokenizer, env_frame
-from recipes.core.turns import Budget
-from recipes.datasets import PromptRecord
-from recipes.prompts import format_documents
-from recipes.search_r1 import demonstration, reward
+from agents import get_agent
+from agents.base import Scoring
+from agents.core.tokenizer import CharTokenizer, HFTokenizer, env_frame
+from agents.core.turns import Budget
+from agents.datasets import PromptRecord
+from agents.prompts import format_documents
+from agents.search_r1 import demonstration, reward
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
 
 CLOSE_ASSISTANT = "<|im_end|>\n"
@@ -56,7 +56,7 @@ def episode_ctx(tok, env_turn: str, script):
 
 async def test_observation_as_a_user_turn(tok):
     ctx = episode_ctx(tok, "user", search_then_answer)
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     traj, llm = episode.main, ctx.policy
 
     assert episode.answer == "Shakespeare"
@@ -82,7 +82,7 @@ async def test_an_invalid_turn_gets_its_message_as_a_user_turn_and_no_reward_rea
     # after the forced final turn the episode has no answer, although the environment's text says "<answer>".
     ctx = episode_ctx(tok, "user", lambda prompt: "I think the answer is Shakespeare, certainly.")
     ctx.budgets["policy"] = Budget(max_turns=1, max_tokens=12, max_obs_tokens=500)
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     traj = episode.main
     messages = [s.text for s in traj.segments if s.source == "message"]
     assert len(messages) == 2 and all(m.startswith(CLOSE_ASSISTANT + USER_OPEN) for m in messages)
@@ -95,7 +95,7 @@ async def test_an_invalid_turn_gets_its_message_as_a_user_turn_and_no_reward_rea
 @pytest.mark.parametrize("env_turn", ["inline", "user"])
 async def test_demonstrations_are_the_ids_a_rollout_builds(tok, env_turn):
     ctx = episode_ctx(tok, env_turn, search_then_answer)
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     docs = (await ctx.retriever.retrieve([RECORD.question], topk=1))[0]
     ids, mask = demonstration(
         tok,

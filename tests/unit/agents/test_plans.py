@@ -1,10 +1,10 @@
-"""recipes.plans on hand-checked 2Wiki questions of every type: the sub-questions a planner delegates and each
+"""agents.plans on hand-checked 2Wiki questions of every type: the sub-questions a planner delegates and each
 one's expected result, made from the row alone (no model), and no plan for a held-out question."""
 
 from __future__ import annotations
 
-from recipes.datasets import HELDOUT, PromptRecord, load_prompts, select_split
-from recipes.plans import bridge_phrase, plan, plan_for_record, question_type
+from agents.datasets import HELDOUT, PromptRecord, load_prompts, select_split
+from agents.plans import bridge_phrase, plan, plan_for_record, question_type
 
 
 def wiki(question: str, golds: list[str], titles: list[str], evidences=None, kind=None) -> dict:

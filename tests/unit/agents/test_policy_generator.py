@@ -3,8 +3,8 @@ sent out while the rollout loads the weights again (the generator only waits); t
 
 from __future__ import annotations
 
-from recipes.core.llm import PolicyGenerator, PolicyState
-from recipes.core.tokenizer import CharTokenizer
+from agents.core.llm import PolicyGenerator, PolicyState
+from agents.core.tokenizer import CharTokenizer
 from shared.inference_client import completion_body, parse_completion
 from shared.protocol.inference import CompletionRequest
 from testing.fake_llm import FakeLLM
@@ -31,7 +31,7 @@ def _generator(client, **kwargs) -> PolicyGenerator:
 
 
 async def test_a_server_behind_the_live_version_is_asked_again_until_it_catches_up(caplog):
-    caplog.set_level("INFO", logger="recipes.core.llm")
+    caplog.set_level("INFO", logger="agents.core.llm")
     client = Restarted([0, 0, 5])
     gen = _generator(client)
     out = await gen.generate([1, 2, 3], stop=[], max_tokens=4)

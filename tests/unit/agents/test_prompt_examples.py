@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from recipes.prompts import EXECUTOR_SYSTEM, PLANNER_SYSTEM, executor_messages, planner_messages
+from agents.prompts import EXECUTOR_SYSTEM, PLANNER_SYSTEM, executor_messages, planner_messages
 
 # What may stand between a tag's opener and closer in the instructions: a description of what goes there.
 PLACEHOLDERS = {"one sub-question", "a query"}

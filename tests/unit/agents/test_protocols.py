@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from recipes import run_episode
-from recipes.core.context import Episode
-from recipes.core.turns import Budget
-from recipes.datasets import PromptRecord
-from recipes.prompts import (
+from agents import get_agent
+from agents.core.context import Episode
+from agents.core.turns import Budget
+from agents.datasets import PromptRecord
+from agents.prompts import (
     FINAL_ANSWER_NUDGE,
     INVALID_PLANNER_ACTION,
     INVALID_SEARCH_ACTION,
@@ -16,7 +16,7 @@ from recipes.prompts import (
     executor_messages,
     search_agent_messages,
 )
-from recipes.tool_agent import chat
+from agents.tool_agent import chat
 from shared.protocol.search import SearchResponse
 from testing.fake_llm import fake_logprob
 from tests.unit.agents.helpers import make_ctx, scripted
@@ -55,7 +55,7 @@ async def test_search_r1_search_then_answer():
             "<think>found</think><answer> Shakespeare </answer>",
         )
     )
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     assert episode.answer == "Shakespeare"
     first, second = fake.calls
     assert first.stop == ["</search>", "</answer>"]
@@ -74,7 +74,7 @@ async def test_search_r1_search_then_answer():
 
 async def test_eos_is_kept_and_trained():
     ctx, fake = make_ctx(scripted("I do not know"))  # no stop string: the model ends with EOS
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     sample = episode.main.to_sample()
     assert sample.token_ids[-1] == ctx.tok.eos_token_id and sample.loss_mask[-1] == 1
     assert episode.answer is None and len(fake.calls) == 1
@@ -82,7 +82,7 @@ async def test_eos_is_kept_and_trained():
 
 async def test_invalid_action_message_then_recovery():
     ctx, fake = make_ctx(scripted("I will just ramble </search>", "<answer> Shakespeare </answer>"))
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     assert episode.answer == "Shakespeare"
     assert ctx.retriever.queries == []
     assert fake.calls[1].prompt_text.endswith(INVALID_SEARCH_ACTION)
@@ -95,7 +95,7 @@ async def test_turn_budget_then_forced_final_turn():
     ctx, fake = make_ctx(
         scripted("<search> a </search>", "<search> b </search>", "<search> c </search>"), budgets={"policy": budget}
     )
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     assert len(fake.calls) == 3 and ctx.retriever.queries == ["a", "b"]  # the forced turn executes nothing
     final = fake.calls[-1]
     assert final.stop == ["</answer>"] and final.prompt_text.endswith(FINAL_ANSWER_NUDGE)
@@ -105,7 +105,7 @@ async def test_turn_budget_then_forced_final_turn():
 async def test_observation_truncated_inside_intact_tags():
     budget = Budget(max_turns=3, max_tokens=400, max_obs_tokens=12, max_context_tokens=20000)
     ctx, fake = make_ctx(scripted("<search> q </search>", "<answer> x </answer>"), budgets={"policy": budget})
-    await run_episode("search-r1", ctx, RECORD)
+    await get_agent("search-r1").run(ctx, RECORD)
     first, second = fake.calls
     obs = ctx.tok.decode(second.prompt_ids[len(first.prompt_ids) + len(first.token_ids) :])
     assert obs == "\n\n<information>" + "Doc 1(Title:" + "</information>\n\n"
@@ -115,7 +115,7 @@ async def test_context_cap_ends_episode_with_length():
     prompt_len = len(CTX_TOK.render(search_agent_messages("Who wrote Hamlet")))
     budget = Budget(max_turns=5, max_tokens=400, max_obs_tokens=300, max_context_tokens=prompt_len + 30)
     ctx, fake = make_ctx(scripted("<search> q </search>", "<search> r </search>"), budgets={"policy": budget})
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     assert fake.calls[0].max_tokens == 30
     assert episode.main.finish_reason == "length" and len(fake.calls) == 1
     assert len(episode.main.ids) > budget.max_context_tokens - 1
@@ -137,7 +137,7 @@ def coda_script(prompt: str, model: str) -> str:
 
 async def test_coda_delegation_isolation_and_result_insertion():
     ctx, fake = make_ctx(coda_script)
-    episode = await run_episode("coda", ctx, RECORD)
+    episode = await get_agent("coda").run(ctx, RECORD)
     assert episode.answer == "William Shakespeare"
     planner, (executor,) = episode.main, episode.children
     assert executor.role == "executor" and executor.parent_id == planner.sample_id
@@ -168,7 +168,7 @@ async def test_coda_executor_out_of_budget_returns_empty_result():
         return "<search> again </search>"  # the executor never answers, even in its forced turn
 
     ctx, fake = make_ctx(script, budgets=budgets)
-    episode = await run_episode("coda", ctx, RECORD)
+    episode = await get_agent("coda").run(ctx, RECORD)
     assert "</task>\n<result></result>\n" in fake.calls[-1].prompt_text
     assert episode.children[0].finish_reason == "budget" and episode.answer == "none"
 
@@ -176,7 +176,7 @@ async def test_coda_executor_out_of_budget_returns_empty_result():
 async def test_coda_invalid_planner_action():
     # <search> is not a planner action: the turn (cut at </task>) holds no task or answer, so it is invalid
     ctx, fake = make_ctx(scripted("<search> not mine </search> </task>", "<answer> x </answer>"))
-    episode = await run_episode("coda", ctx, RECORD)
+    episode = await get_agent("coda").run(ctx, RECORD)
     assert fake.calls[1].prompt_text.endswith(INVALID_PLANNER_ACTION) and episode.answer == "x"
     assert ctx.retriever.queries == []
 
@@ -193,7 +193,7 @@ class FakeSearcher:
 async def test_thinker_delegates_search_to_searcher():
     ctx, fake = make_ctx(scripted("<search> hamlet author </search>", "<answer> Shakespeare </answer>"))
     ctx.searcher, ctx.searcher_max_turns = FakeSearcher(), 2
-    episode = await run_episode("thinker-searcher", ctx, RECORD)
+    episode = await get_agent("thinker-searcher").run(ctx, RECORD)
     assert ctx.searcher.calls == [("hamlet author", 2)] and ctx.retriever.queries == []
     assert "<information>William Shakespeare</information>" in fake.calls[1].prompt_text
     assert episode.main.role == "thinker" and episode.answer == "Shakespeare"
@@ -208,7 +208,7 @@ async def test_recursive_reasoner_planner_trained_worker_frozen():
 
     ctx, fake = make_ctx(scripted(plan), frozen_script=worker)
     record = PromptRecord(prompt_id="m1", question="3 boxes of 4 apples and 1 more?", golden_answers=["13"])
-    episode = await run_episode("recursive-reasoner", ctx, record)
+    episode = await get_agent("recursive-reasoner").run(ctx, record)
     assert episode.answer == "13" and episode.facts.decomposed and episode.facts.parsed
     assert len(fake.calls) == 1 and episode.children == []
     worker_fake = ctx.frozen.fake
@@ -224,7 +224,7 @@ async def test_tool_agent_call_then_reply():
             "<think>ok</think> Shakespeare",
         )
     )
-    episode = await run_episode("tool-agent", ctx, RECORD)
+    episode = await get_agent("tool-agent").run(ctx, RECORD)
     assert ctx.retriever.queries == ["hamlet"] and episode.answer == "Shakespeare"
     assert "<tool_response>" in fake.calls[1].prompt_text and episode.search.retrieved_ids == (("0", "1", "2"),)
     assert [m["role"] for m in chat(episode.main)] == ["assistant", "tool", "assistant"]
@@ -242,13 +242,13 @@ async def test_lora_version_switch_changes_model_and_token_versions():
         return gen
 
     ctx.policy.generate = bump_after_first
-    episode = await run_episode("search-r1", ctx, RECORD)
+    episode = await get_agent("search-r1").run(ctx, RECORD)
     assert [c.model for c in fake.calls] == ["policy", "policy-v4"]
     trained_versions = [v for v, m in zip(episode.main.versions, episode.main.mask, strict=True) if m]
     assert set(trained_versions) == {3, 4} and episode.main.to_sample().min_version() == 3
 
 
-from recipes.core.tokenizer import CharTokenizer  # noqa: E402
+from agents.core.tokenizer import CharTokenizer  # noqa: E402
 
 CTX_TOK = CharTokenizer()
 
@@ -258,7 +258,7 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
     executors must be in flight together, and both results come back in task order."""
     import asyncio
 
-    from recipes.core.llm import Generation
+    from agents.core.llm import Generation
 
     barrier = asyncio.Barrier(2)
     tok = CTX_TOK
@@ -280,7 +280,7 @@ async def test_tasks_of_one_planner_turn_run_concurrently():
 
     ctx, _ = make_ctx(scripted())
     ctx.policy = TwoTasks()
-    episode = await run_episode("coda", ctx, RECORD)
+    episode = await get_agent("coda").run(ctx, RECORD)
     assert episode.facts.tasks == ("first?", "second?") and len(episode.children) == 2
     results = episode.main.response_text.split("</task>")[-1]
     assert results.count("<result>") == 2 and results.index("first?") < results.index("second?")

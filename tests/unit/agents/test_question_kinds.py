@@ -1,11 +1,11 @@
-"""recipes.question_kinds on hand-checked questions from the bundled 2Wiki and HotpotQA dev sets: which are choices
+"""agents.question_kinds on hand-checked questions from the bundled 2Wiki and HotpotQA dev sets: which are choices
 (yes/no, or an answer the question names), the candidates each names, and the reading-free guess."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipes.question_kinds import candidates, guess, question_kind
+from agents.question_kinds import candidates, guess, question_kind
 
 # (question, golds, kind, candidates): copied from data/2wiki-dev/qa.jsonl and data/hotpotqa-dev/qa.jsonl.
 EXAMPLES = [

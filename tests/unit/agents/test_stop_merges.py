@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from recipes import run_episode
-from recipes.core.llm import Generation, whole_tokens
-from recipes.core.tokenizer import plain_render, plain_turn
-from recipes.datasets import PromptRecord
-from recipes.prompts import PLANNER_SYSTEM
+from agents import get_agent
+from agents.core.llm import Generation, whole_tokens
+from agents.core.tokenizer import plain_render, plain_turn
+from agents.datasets import PromptRecord
+from agents.prompts import PLANNER_SYSTEM
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 
 EOS = "<|eos|>"
@@ -77,7 +77,7 @@ async def test_token_that_runs_past_the_stop_string_is_kept_in_text_and_ids():
     ctx.policy = llm = VLLMLikeGenerator(tok, coda_script)
     record = PromptRecord(prompt_id="q", question="Who wrote Hamlet", golden_answers=["Shakespeare"])
 
-    episode = await run_episode("coda", ctx, record)
+    episode = await get_agent("coda").run(ctx, record)
 
     # the parsed actions read past the trailing characters
     assert episode.facts.tasks == ("Who wrote Hamlet?",) and ctx.retriever.queries == ["hamlet"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.core.tokenizer import HFTokenizer
+from agents.core.tokenizer import HFTokenizer
 from tests.unit.agents.helpers import DEFAULT_SYSTEM, smol_template_folder
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench._ablation_arms import RED_CODA, SMOL, SMOL_BUDGET
-from services.stack.config import StackSettings
+from launcher.config import StackSettings
 from services.trainer.config import TrainerSettings
 
 SFT_KEYS = {
@@ -66,5 +66,5 @@ def test_red_coda_arms_and_full_red_is_the_shipped_recipe_at_the_ablation_budget
 def test_an_arm_runs_alone_as_its_command_says():
     assert SMOL["sft"].command() == (
         "CODA_TRAINER_RED__MODE=fixed CODA_TRAINER_SFT_ONLY=true CODA_STACK_TRAIN_BUDGET_S=240 "
-        "CODA_TRAINER_MAX_STEPS=1000 .venv/bin/python -m services.stack train --recipe configs/smol-cpu.toml"
+        "CODA_TRAINER_MAX_STEPS=1000 .venv/bin/python -m launcher train --recipe configs/smol-cpu.toml"
     )

@@ -61,7 +61,8 @@ def test_processes_are_told_apart_by_service_and_their_peaks_tabled(bench):
 
     assert parts.service_of([".venv/bin/python", "-m", "services.trainer", "train"]) == "trainer"
     assert parts.service_of(["python", "-m", "shared.redis_server", "--port", "1"]) == "redis"
-    assert parts.service_of(["python", "-m", "services.stack", "train"]) == "stack"
+    assert parts.service_of(["python", "-m", "launcher", "train"]) == "stack"
+    assert parts.service_of(["python", "-m", "tools.make_sft", "--out", "x"]) == "tools"
     assert parts.service_of(["python", "grpo_trl.py", "cfg.json"]) == "other"
     runs = [
         bench.Run("ours-on-policy", 1, peak_rss_mb=4000.0, peak_rss_by_service={"trainer": 2100.0, "redis": 20.0}),

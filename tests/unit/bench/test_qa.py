@@ -262,7 +262,7 @@ def _coda_row(question, tasks, said, golds=("x",), prediction=""):
 
 
 def test_a_coda_row_is_scored_against_its_questions_hop_plan(delegations, report):
-    plan = [("Tomas Vale",), ("Oslo",)]  # recipes.plans: per delegation, the answers its sub-question expects
+    plan = [("Tomas Vale",), ("Oslo",)]  # agents.plans: per delegation, the answers its sub-question expects
     chained = _coda_row(
         RED_KITE,
         ["Who is the director of film Red Kite?", "Where was Tomas Vale born?"],
@@ -489,8 +489,8 @@ def test_raw_results_are_written_compressed_and_read_back(tmp_path):
 
 # ---------------------------------------------------------------- the baselines a reviewer asks for first
 def test_few_shot_examples_are_training_questions_one_of_each_type():
+    from agents.datasets import load_prompts, question_type, select_split
     from bench import qa
-    from recipes.datasets import load_prompts, question_type, select_split
 
     records = load_prompts(qa.DATASETS["2wiki"])
     held_out = {r.question for r in select_split(records, "eval")}

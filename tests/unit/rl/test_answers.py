@@ -1,8 +1,8 @@
-"""recipes.answers: normalisation and match scores, against values worked out by hand."""
+"""agents.answers: normalisation and match scores, against values worked out by hand."""
 
 import pytest
 
-from recipes.answers import (
+from agents.answers import (
     answer_scores,
     cover_exact_match,
     exact_match,

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from recipes.rewards.combine import combine_rewards, consistency_mask
+from agents.rewards.combine import combine_rewards, consistency_mask
 
 COMPONENTS = {"mrr": [1.0, 0.0, 0.5], "sim": [0.2, 0.4, 0.6]}
 

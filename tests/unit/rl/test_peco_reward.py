@@ -1,4 +1,4 @@
-"""CoDA's per-role reward (recipes/rewards/peco.py): each role against hand-computed numbers on a 2-hop question,
+"""CoDA's per-role reward (agents/rewards/peco.py): each role against hand-computed numbers on a 2-hop question,
 the shared ablation arm equal to today's coda_reward, and each trajectory's own reward reaching its sample."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipes.answers import token_f1
-from recipes.base import Scoring
-from recipes.coda import CodaFacts
-from recipes.coda import reward as coda_episode_reward
-from recipes.core.context import Episode
-from recipes.core.llm import Generation
-from recipes.core.trajectory import TokenTrajectory
-from recipes.datasets import HELDOUT, PromptRecord
-from recipes.plans import SubQuestion, plan_for_record
-from recipes.rewards.format import nonempty_role_format_score, nonempty_tag_format_score, role_format_score
-from recipes.rewards.formulas import ExecutorRun, coda_reward
-from recipes.rewards.peco import (
+from agents.answers import token_f1
+from agents.base import Scoring
+from agents.coda import CodaFacts
+from agents.coda import reward as coda_episode_reward
+from agents.core.context import Episode, RewardResult
+from agents.core.llm import Generation
+from agents.core.trajectory import TokenTrajectory
+from agents.core.turns import nonempty_role_format_score, nonempty_tag_format_score, role_format_score
+from agents.datasets import HELDOUT, PromptRecord
+from agents.plans import SubQuestion, plan_for_record
+from agents.rewards.formulas import ExecutorRun, coda_reward
+from agents.rewards.peco import (
     FACT_FOUND,
     RESTATES,
     TASK_MATCH,
@@ -34,7 +34,6 @@ from recipes.rewards.peco import (
     restated_fraction,
     restates,
 )
-from recipes.rewards.result import RewardResult
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
 from services.rollout.scoring import Scorer, build_group, score_episode
@@ -55,7 +54,7 @@ RECORD = PromptRecord(
         "evidences": [["Red Kite", "director", "Tomas Vale"], ["Tomas Vale", "place of birth", "Lisbon"]],
     },
 )
-# The plan of RECORD, written out so that the numbers below do not depend on how recipes.plans reads rows.
+# The plan of RECORD, written out so that the numbers below do not depend on how agents.plans reads rows.
 SUBQ = (
     SubQuestion("Who directed Red Kite?", ("Tomas Vale",)),
     SubQuestion("Where was Tomas Vale born?", ("Lisbon", "Lisbon", "Lisboa")),
@@ -92,7 +91,7 @@ PLANNER = (
 # ---------------------------------------------------------------- the plan
 def test_the_record_has_its_plan_and_a_held_out_one_has_none():
     plan = plan_for_record(RECORD)
-    assert plan is not None and len(plan.tasks) == 2  # its wording is recipes.plans' business
+    assert plan is not None and len(plan.tasks) == 2  # its wording is agents.plans' business
     assert plan.tasks[0].answers[0] == "Tomas Vale" and plan.tasks[1].answers[0] == "Lisbon"
     # The hand-written tasks below are about the same hops as the plan's own.
     assert [match_subquestion(sq.task, plan.tasks, QUESTION) for sq in SUBQ] == [0, 1]

@@ -3,16 +3,16 @@
 import numpy as np
 import pytest
 
-from recipes.rewards.efficiency import length_penalty, think_format_fraction, token_efficiency
-from recipes.rewards.formulas import (
+from agents.rewards.efficiency import think_format_fraction, token_efficiency
+from agents.rewards.formulas import (
     ExecutorRun,
     coda_reward,
     recursive_reasoner_reward,
-    search_r1_reward,
     tool_agent_reward,
 )
-from recipes.rewards.planner_json import parse_planner_json, plan_subproblems
-from recipes.rewards.similarity import answer_similarity, cosine, subproblem_independence
+from agents.rewards.planner_json import parse_planner_json, plan_subproblems
+from agents.rewards.similarity import answer_similarity, cosine, subproblem_independence
+from agents.search_r1 import search_r1_reward
 
 # What each role wrote itself (observations are not part of it) and what the environment gave it.
 PLANNER = "<think>p</think><task>who?</task><think>q</think><answer>Barack Obama Jr.</answer>"
@@ -109,7 +109,7 @@ def test_tool_agent_reward():
         tool_agent_reward(retrieved_ids=[], gold_doc_ids=[], similarity=0, think_fraction=0, weights={"x": 1})
 
 
-def test_efficiency_and_length():
+def test_efficiency_and_think_fraction():
     assert token_efficiency(250, 1000) == 0.75
     assert token_efficiency(2000, 1000) == 0.0
     with pytest.raises(ValueError):
@@ -121,8 +121,6 @@ def test_efficiency_and_length():
     ]
     assert think_format_fraction(msgs) == 0.5
     assert think_format_fraction([m for m in msgs if m["role"] != "tool"]) == 0.0
-    assert length_penalty("<think>x</think> one two three four") == pytest.approx(-4 / 20)
-    assert length_penalty("no think") == -100.0
 
 
 def _embed_table(table):

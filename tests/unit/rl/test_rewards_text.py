@@ -2,14 +2,14 @@
 
 import pytest
 
-from recipes.rewards.answer import affine_answer_reward, answer_reward
-from recipes.rewards.format import (
+from agents.answers import affine_answer_reward, answer_reward
+from agents.core.turns import (
     is_valid_sequence,
     role_format_score,
     tag_format_score,
     validate_sequence,
 )
-from recipes.rewards.retrieval import document_id, information_reverse_rank, mrr, reciprocal_rank, refine_score
+from agents.rewards.retrieval import document_id, information_reverse_rank, mrr, reciprocal_rank, refine_score
 
 
 def test_affine_mapping():

@@ -18,8 +18,8 @@ import math
 import pytest
 import torch
 
-from recipes.answers import extract_answer
-from recipes.rewards.formulas import ExecutorRun, coda_reward, recursive_reasoner_reward
+from agents.answers import extract_answer
+from agents.rewards.formulas import ExecutorRun, coda_reward, recursive_reasoner_reward
 from services.trainer.logprobs import _head_chunk
 from services.trainer.rl.advantages import group_advantages
 from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, ppo_token_loss, rl_loss

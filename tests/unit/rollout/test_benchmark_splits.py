@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from recipes.answers import answer_scores
-from recipes.datasets import FIXED_SPLITS, HELDOUT, load_prompts, question_type, select_split, wiki_type_from_shape
+from agents.answers import answer_scores
+from agents.datasets import FIXED_SPLITS, HELDOUT, load_prompts, question_type, select_split, wiki_type_from_shape
+from launcher.config import StackSettings
 from services.rollout.config import RolloutSettings
-from services.stack.config import StackSettings
-from services.trainer.make_sft import qa_rows
+from tools.make_sft import qa_rows
 
 REPO = Path(__file__).resolve().parents[3]
 # Pinned: a changed fraction or hash would move questions between the halves, and earlier results with them.

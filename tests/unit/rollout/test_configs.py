@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from recipes import AGENTS, AgentParams, agent_params
-from recipes.coda import CoDAParams
-from recipes.recursive_reasoner import RecursiveReasonerParams
-from recipes.search_r1 import SearchR1Params
-from recipes.single_turn import SingleTurnParams
-from recipes.tool_agent import ToolAgentParams
+from agents import AGENTS, AgentParams, agent_params
+from agents.coda import CoDAParams
+from agents.recursive_reasoner import RecursiveReasonerParams
+from agents.search_r1 import SearchR1Params
+from agents.single_turn import SingleTurnParams
+from agents.tool_agent import ToolAgentParams
 from services.rollout.config import RolloutSettings
 from services.searcher.config import SearcherSettings
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recipes.datasets import (
+from agents.datasets import (
     gold_doc_ids,
     load_prompts,
     read_flashrag_jsonl,

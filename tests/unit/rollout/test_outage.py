@@ -8,7 +8,7 @@ import aiohttp
 import httpx
 import redis
 
-from recipes.datasets import PromptRecord
+from agents.datasets import PromptRecord
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.outage import DependencyGate, outage_dependency
 from services.rollout.producer import PromptQueue

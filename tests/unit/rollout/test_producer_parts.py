@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from recipes.datasets import PromptRecord
+from agents.datasets import PromptRecord
 from services.rollout.config import RolloutSettings
 from services.rollout.producer import PromptQueue
 
@@ -33,7 +33,7 @@ def test_budgets_per_role():
     assert RolloutSettings.load(agent="coda").metric == "f1" and s.metric == "em"
 
 
-# Kinds by recipes.question_kinds: a choice names its answer in the question or answers yes/no.
+# Kinds by agents.question_kinds: a choice names its answer in the question or answers yes/no.
 KINDS = [
     PromptRecord(prompt_id="o0", question="Who directed the film Gamma?", golden_answers=["Jane Doe"]),
     PromptRecord(prompt_id="c0", question="Which film came out first, Alpha or Beta?", golden_answers=["Alpha"]),

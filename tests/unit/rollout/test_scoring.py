@@ -7,13 +7,12 @@ import math
 
 import pytest
 
-from recipes import run_episode
-from recipes.core.context import Episode
-from recipes.core.llm import Generation
-from recipes.core.trajectory import TokenTrajectory
-from recipes.datasets import PromptRecord
-from recipes.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
-from recipes.rewards.result import RewardResult
+from agents import get_agent
+from agents.core.context import Episode, RewardResult
+from agents.core.llm import Generation
+from agents.core.trajectory import TokenTrajectory
+from agents.datasets import PromptRecord
+from agents.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
 from services.rollout.scoring import Scorer, answer_metrics, build_group, combine_group, score_episode
@@ -77,7 +76,7 @@ async def test_search_r1_episode_without_an_answer_scores_zero():
     # Three invalid turns, then a forced final turn that ends with EOS: every <answer> in the text is the
     # environment's ("... between <answer> and </answer> ...").
     ctx, _ = make_ctx(scripted("I ramble </search>", "still </search>", "more </search>", "no idea"))
-    episode = await run_episode("search-r1", ctx, TOM)
+    episode = await get_agent("search-r1").run(ctx, TOM)
     text = episode.main.response_text
     assert INVALID_SEARCH_ACTION in text and FINAL_ANSWER_NUDGE in text and "<answer> and </answer>" in text
     assert episode.answer is None
@@ -99,7 +98,7 @@ async def test_coda_planner_format_counts_only_its_own_tags():
     ctx, _ = make_ctx(
         scripted("<think>hmm</think> </task>", "<think>hm</think> </task>", "<think>h</think> </task>", "I give up")
     )
-    episode = await run_episode("coda", ctx, TOM)
+    episode = await get_agent("coda").run(ctx, TOM)
     assert INVALID_PLANNER_ACTION in episode.main.response_text and episode.answer is None
     reward = score_episode(RolloutSettings.load(agent="coda"), TOM, episode, hashing_embed)
     assert reward.components["f1"] == 0.0 and reward.components["has_answer"] == 0.0
@@ -115,7 +114,7 @@ async def test_retrieval_hit_comes_from_the_retriever_not_the_policy():
             "<think>u</think><answer> Tom </answer>",
         )
     )
-    episode = await run_episode("search-r1", ctx, TOM)
+    episode = await get_agent("search-r1").run(ctx, TOM)
     settings = RolloutSettings.load(agent="search-r1", answer_metric="f1")
     reward = score_episode(settings, TOM, episode, hashing_embed)
     assert reward.components["retrieval_hit"] == 0.0
@@ -133,7 +132,7 @@ async def test_format_validity_is_decided_by_the_policy_turns():
             "<think>d</think><answer> Tom and Jerry </answer>",
         )
     )
-    episode = await run_episode("search-r1", ctx, TOM)
+    episode = await get_agent("search-r1").run(ctx, TOM)
     assert FINAL_ANSWER_NUDGE in episode.main.response_text and episode.main.finish_reason == "budget"
     reward = score_episode(RolloutSettings.load(agent="search-r1"), TOM, episode, hashing_embed)
     assert reward.components["valid_format"] == 1.0 and reward.reward == 1.0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from recipes.core.context import Episode, SearchTrace
-from recipes.core.trajectory import TokenTrajectory
-from recipes.datasets import PromptRecord
+from agents.core.context import Episode, SearchTrace
+from agents.core.trajectory import TokenTrajectory
+from agents.datasets import PromptRecord
 from services.rollout.eval import summarise
 from services.rollout.scoring import search_metrics
 

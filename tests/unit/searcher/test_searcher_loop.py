@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.prompts import SEARCHER_NO_ANSWER
+from agents.prompts import SEARCHER_NO_ANSWER
 from services.searcher.loop import run_searcher
 from shared.protocol.search import SearchRequest
 from tests.unit.agents.helpers import make_ctx, scripted

@@ -23,12 +23,12 @@ from testing.docs_check import (
 MAKEFILE = """\
 RECIPE ?= x
 train: setup  ## run
-\t$(PY) -m services.stack train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
+\t$(PY) -m launcher train --recipe configs/$(or $(RECIPE),smol-cpu).toml $(ARGS)
 lint:
 \truff
 """
 HELP = {
-    ("-m", "services.stack", "train"): "usage: ... [--recipe RECIPE] [--new] [--resume [RUN]]",
+    ("-m", "launcher", "train"): "usage: ... [--recipe RECIPE] [--new] [--resume [RUN]]",
     ("-m", "shared.redis_server"): "usage: ... --port PORT [--dir DIR]",
 }
 
@@ -82,8 +82,8 @@ def test_commands_come_from_code_blocks_and_inline_spans():
 def test_invocations_parse():
     assert make_invocation("CODA_X=1 make train ARGS=--new") == ("train", ["ARGS"])
     assert make_invocation("make <target>") is None
-    assert python_invocation(".venv/bin/python -m services.stack train --recipe x.toml | tee log") == (
-        ["-m", "services.stack", "train"],
+    assert python_invocation(".venv/bin/python -m launcher train --recipe x.toml | tee log") == (
+        ["-m", "launcher", "train"],
         ["--recipe"],
     )
     assert python_invocation("torchrun --nnodes 2 -m services.trainer train --zero-stage 2") == (
@@ -96,13 +96,13 @@ def test_invocations_parse():
 
 
 def test_examples_are_checked_against_the_makefile_and_help(tmp_path):
-    good = "`make train RECIPE=tiny-cpu` `python -m services.stack train --recipe a --new` `python -m shared.redis_server --port 1`"
+    good = "`make train RECIPE=tiny-cpu` `python -m launcher train --recipe a --new` `python -m shared.redis_server --port 1`"
     assert _examples(tmp_path, good) == []
-    bad = "`make trian` `make train FOO=1` `python -m services.stack train --recipes a` `python -m nothing.here --x`"
+    bad = "`make trian` `make train FOO=1` `python -m launcher train --recipes a` `python -m nothing.here --x`"
     assert _examples(tmp_path, bad) == [
         "`make trian`: the Makefile has no target 'trian'",
         "`make train FOO=1`: the Makefile reads no variable FOO",
-        "`python -m services.stack train --recipes a`: -m services.stack train accepts no --recipes",
+        "`python -m launcher train --recipes a`: -m launcher train accepts no --recipes",
         "`python -m nothing.here --x`: `python -m nothing.here --help` fails",
     ]
 

@@ -1,7 +1,7 @@
 """The trajectory file counter's bookkeeping: which part a traced call belongs to, and how parts make stages.
 
 The whole run (servers, rollout, trainer) is tests/integration/testing/test_trajectory_files.py; here the tracer
-sees real calls of project functions (``recipes.answers``, ``shared.tags``) made from stand-in producer and group
+sees real calls of project functions (``agents.answers``, ``shared.tags``) made from stand-in producer and group
 coroutines, and stand-in trainer frames.
 """
 
@@ -12,11 +12,11 @@ import sys
 import threading
 from types import SimpleNamespace
 
-from recipes.answers import exact_match, normalize_answer, token_f1
+from agents.answers import exact_match, normalize_answer, token_f1
 from shared.tags import close_tag, open_tag
 from testing.trajectory_files import MEASURED, OPTIMIZER_STEP, REPO, STEP, Measurement, Tracer, render
 
-ANSWERS, TAGS = "recipes/answers.py", "shared/tags.py"
+ANSWERS, TAGS = "agents/answers.py", "shared/tags.py"
 
 
 def _traced(tracer: Tracer, coroutine) -> None:

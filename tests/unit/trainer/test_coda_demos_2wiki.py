@@ -11,15 +11,15 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from recipes.coda import split_tasks
-from recipes.core.demonstrations import Style
-from recipes.core.tokenizer import HFTokenizer
-from recipes.plans import plan
-from recipes.rewards.peco import restates
-from services.trainer.make_sft import build, qa_rows
+from agents.coda import split_tasks
+from agents.core.demonstrations import Style
+from agents.core.tokenizer import HFTokenizer
+from agents.plans import plan
+from agents.rewards.peco import restates
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import smol_template_folder
 from tests.unit.trainer.test_two_hop_demos import observations, trained_turns
+from tools.make_sft import build, qa_rows
 
 
 class Oracle:

@@ -3,14 +3,14 @@ rollout that writes the demonstrated answer builds the same ids and mask and sco
 
 from __future__ import annotations
 
-from recipes import demo_format, run_episode
-from recipes.base import Scoring
-from recipes.core.turns import Budget
-from recipes.datasets import PromptRecord
-from recipes.single_turn import reward as single_turn_reward
-from services.trainer.make_sft import build
+from agents import demo_format, get_agent
+from agents.base import Scoring
+from agents.core.turns import Budget
+from agents.datasets import PromptRecord
+from agents.single_turn import reward as single_turn_reward
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 from tests.unit.trainer.test_two_hop_demos import ADA, BRIDGE, MARROW, PEN, AsyncRetriever, Retriever, tok  # noqa: F401
+from tools.make_sft import build
 
 FOUND = {BRIDGE["question"]: [ADA, MARROW]}
 
@@ -25,7 +25,7 @@ async def test_a_rag_demonstration_is_the_naive_rag_turn_that_answers_the_gold(t
     ctx.policy = VLLMLikeGenerator(tok, lambda prompt: answer)
     ctx.budgets["policy"] = Budget(max_turns=1, max_tokens=64, max_context_tokens=20000)
     record = PromptRecord(prompt_id="q", question=BRIDGE["question"], golden_answers=BRIDGE["golden_answers"])
-    episode = await run_episode("naive-rag", ctx, record)
+    episode = await get_agent("naive-rag").run(ctx, record)
     # Its EOS too: the one turn ends where the model stops (the search agents end on a stop string instead).
     assert demo["token_ids"] == episode.main.ids and demo["loss_mask"] == episode.main.mask
     assert single_turn_reward(episode, Scoring(record=record, settings=None, metric="f1")).reward == 1.0

@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from recipes.core.demonstrations import Style, supported
-from recipes.core.tokenizer import CharTokenizer
-from recipes.search_r1 import demonstration
-from services.trainer.make_sft import build
+from agents.core.demonstrations import Style, supported
+from agents.core.tokenizer import CharTokenizer
+from agents.search_r1 import demonstration
 from services.trainer.sft import SftData
 from shared.protocol.retrieval import RetrievedDocument
+from tools.make_sft import build
 
 
 def _write(path, rows):

@@ -10,19 +10,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipes import run_episode
-from recipes.base import Scoring
-from recipes.coda import reward as coda_reward
-from recipes.core.demonstrations import Style
-from recipes.core.tokenizer import HFTokenizer, env_frame
-from recipes.core.turns import Budget
-from recipes.datasets import PromptRecord
-from recipes.plans import plan
-from recipes.prompts import PLANNER_SYSTEM
-from recipes.search_r1 import reward as search_r1_reward
-from services.trainer.make_sft import build, coverage_lines
+from agents import get_agent
+from agents.base import Scoring
+from agents.coda import reward as coda_reward
+from agents.core.demonstrations import Style
+from agents.core.tokenizer import HFTokenizer, env_frame
+from agents.core.turns import Budget
+from agents.datasets import PromptRecord
+from agents.plans import plan
+from agents.prompts import PLANNER_SYSTEM
+from agents.search_r1 import reward as search_r1_reward
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
+from tools.make_sft import build, coverage_lines
 
 
 def doc(i: int, title: str, text: str) -> RetrievedDocument:
@@ -223,7 +223,7 @@ async def test_a_two_search_demonstration_is_the_rollout_that_writes_it_and_scor
     ctx.policy = VLLMLikeGenerator(tok, lambda prompt: turns[len(ctx.policy.calls)])
     ctx.budgets["policy"] = Budget(max_turns=3, max_tokens=400, max_obs_tokens=90, max_context_tokens=20000)
     record = PromptRecord(prompt_id=row["id"], question=row["question"], golden_answers=row["golden_answers"])
-    episode = await run_episode("search-r1", ctx, record)
+    episode = await get_agent("search-r1").run(ctx, record)
 
     assert list(episode.search.queries) == demo["queries"] and len(demo["queries"]) == 2
     assert demo["token_ids"][:-1] == episode.main.ids and demo["loss_mask"][:-1] == episode.main.mask
@@ -295,7 +295,7 @@ async def test_the_planner_delegates_one_sub_question_per_hop_as_its_rollout_doe
     ctx.policy = VLLMLikeGenerator(tok, script)
     ctx.budgets.update(planner=Budget(max_turns=3, max_tokens=400), executor=Budget(max_turns=2, max_tokens=400))
     record = PromptRecord(prompt_id=row["id"], question=row["question"], golden_answers=row["golden_answers"])
-    episode = await run_episode("coda", ctx, record)
+    episode = await get_agent("coda").run(ctx, record)
 
     assert list(episode.facts.tasks) == tasks and list(episode.facts.executor_answers) == answers
     assert planner["token_ids"][:-1] == episode.main.ids and planner["loss_mask"][:-1] == episode.main.mask
