@@ -170,6 +170,12 @@ def render(result: dict) -> str:
     lines += ["", "## Held-out F1", ""]
     lines.append(f"- this soak (closing eval, {ev['n']} questions): {ev['f1'] if ev['f1'] is not None else 'not run'}")
     lines.append(f"- undisturbed: {r['undisturbed']}")
+    if lr := r.get("induced_lr"):
+        lines += ["", f"## Induced: learning rate {lr['lr']} (a separate {lr['minutes']} min run, no faults)", ""]
+        lines.append(f"{lr['steps']} steps; expected alerts that fired: {', '.join(lr['fired_expected']) or 'none'}")
+        lines.append(f"(any of: {', '.join(lr['expected'])})")
+        lines += [""] + [f"- {a['t']:.0f} s: {a['line']}" for a in lr["alerts"]]
+        lines += [f"- note: {n}" for n in lr["notes"]]
     if r.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in r["notes"]]
     return "\n".join(lines) + "\n"

@@ -55,6 +55,17 @@ RSS_EVERY_S = 5.0
 # Training as the fault suite runs it: a checkpoint per step (a restart resumes where it was killed), no step
 # limit (the soak stops the trainer itself).
 TRAINING = {"CODA_TRAINER_MAX_STEPS": "0", "CODA_TRAINER_CHECKPOINT_EVERY": "1"}
+HIGH_LR = "2e-2"
+# What a learning rate far too high may fire (docs/alerts.md): the policy breaks, its reward and entropy fall.
+HIGH_LR_ALERTS = {
+    "NonFiniteLoss",
+    "EntropyCollapse",
+    "RewardDrop",
+    "DemonstrationLossRising",
+    "ClipFractionHigh",
+    "NoLearningSignal",
+    "SamplerMismatch",
+}
 UNDISTURBED = {
     "smol-cpu": "lookup F1 0.979 after the 10-step warm start and 240 s of RED (mean of 2 seeds): the ablation's "
     "full RED arm, which is this recipe (bench/results/ablation.md, quoted in docs/benchmarks.md)",
@@ -76,6 +87,7 @@ class Soak:
         self.fired: list[tuple[float, str]] = []
         self.notes: list[str] = []
         self.policy = "inference"
+        self.extra_env: dict[str, str] = {}  # over the trainer's and the rollout's environment (the high-LR run)
 
     def say(self, line: str) -> None:
         print(f"[soak {time.time() - self.t0:6.0f}s] {line}", flush=True)
@@ -127,6 +139,17 @@ class Soak:
             self.step_times.append(float(row["time"]) if isinstance(row.get("time"), int | float) else time.time())
         self.rows_seen = max(self.rows_seen, len(rows))
 
+    def stream_ids(self) -> set[str]:
+        for _ in range(60):
+            client = redis.Redis(port=self.stack.ports.redis, socket_timeout=10)
+            try:
+                return {i.decode() for i, _ in client.xrange(ledger.STREAM)}
+            except redis.RedisError:  # just restarted: loading its AOF
+                time.sleep(0.5)
+            finally:
+                client.close()
+        raise RuntimeError("Redis did not answer within 30 s")
+
     # ---------------------------------------------------------------- faults
     def inject(self, sup: Supervisor, fault: Fault) -> tuple[float, object]:
         """Send the fault's signal; returns (when to end it, how)."""
@@ -137,12 +160,16 @@ class Soak:
         if fault.kind == "stop":
             os.killpg(service.proc.pid, signal.SIGSTOP)
             return fault.started + fault.hold_s, lambda: os.killpg(service.proc.pid, signal.SIGCONT)
+        entries = self.stream_ids() if name == "redis" else set()
         os.killpg(service.proc.pid, signal.SIGKILL)
         service.proc.wait(30)
         sup.stop(service)  # already dead: the supervisor only forgets it
 
         def restart() -> None:
             sup.start(dataclasses.replace(service, proc=None, log_path=None))
+            # Redis is restarted on its port and AOF folder: the stream must all be there.
+            if name == "redis" and (lost := entries - self.stream_ids()):
+                fault.error = f"{len(lost)} stream entries lost by the Redis restart"
 
         return fault.started + fault.hold_s, restart
 
@@ -163,7 +190,7 @@ class Soak:
             sft, _ = stack.prepare_all(sup)
             if args.warm_start:
                 stack.warm_start(sup, sft)
-            env = dict(TRAINING)
+            env = {**TRAINING, **self.extra_env}
             if args.fleet:
                 url = self.second_server(sup)
                 env["CODA_ROLLOUT_INFERENCE_URLS"] = json.dumps([url])
@@ -275,6 +302,29 @@ class Soak:
         }
 
 
+def high_lr(args: argparse.Namespace) -> dict:
+    """A separate short run (its own run folder, Redis and servers) with the learning rate far too high and no
+    faults: which alerts say so, and when."""
+    lr_args = argparse.Namespace(
+        **{**vars(args), "minutes": args.lr_minutes, "faults": 0, "induced": False, "fleet": False, "no_eval": True}
+    )
+    soak = Soak(lr_args)
+    soak.extra_env = {"CODA_TRAINER_LR": HIGH_LR}
+    soak.say(f"induced: a separate run of {args.lr_minutes} min with CODA_TRAINER_LR={HIGH_LR}")
+    result = soak.run()
+    fired = sorted({a["line"].split()[1] for a in result["alerts"] if " cleared " not in a["line"]})
+    return {
+        "lr": HIGH_LR,
+        "minutes": args.lr_minutes,
+        "steps": result["steps"],
+        "run": result["run"],
+        "alerts": result["alerts"],
+        "expected": sorted(HIGH_LR_ALERTS),
+        "fired_expected": [a for a in fired if a in HIGH_LR_ALERTS],
+        "notes": result["notes"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60)
@@ -283,13 +333,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=None, help="how many (default: one per 6 min, >= 5)")
     ap.add_argument("--no-fleet", dest="fleet", action="store_false", help="one policy server, not two")
     ap.add_argument("--no-warm-start", dest="warm_start", action="store_false", help="skip the recipe's warm start")
-    ap.add_argument("--induced", action="store_true", help="also a policy server stopped and the trainer paused")
+    ap.add_argument(
+        "--induced",
+        action="store_true",
+        help="the induced failures too: a policy server stopped and the trainer paused mid-run, then a separate "
+        "run of --lr-minutes with the learning rate far too high (CODA_TRAINER_LR=2e-2)",
+    )
+    ap.add_argument("--lr-minutes", type=float, default=5.0, help="the high-LR run's minutes of training")
     ap.add_argument("--eval-limit", type=int, default=None, help="held-out questions of the closing eval")
     ap.add_argument("--no-eval", action="store_true", help="no closing eval")
     ap.add_argument("--recovery-bound", type=float, default=180.0, help="seconds from a fault to the next step")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "soak"), help="writes OUT.md and OUT.json")
     args = ap.parse_args(argv)
     result = Soak(args).run()
+    if args.induced:
+        result["induced_lr"] = high_lr(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")

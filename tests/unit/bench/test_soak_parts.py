@@ -104,3 +104,18 @@ def test_render_passes_and_fails():
     text = render(bad)
     assert text.count("**NO**") == 3
     assert "groups trained twice" in text and "NonFiniteLoss" in text
+
+
+def test_render_the_induced_high_lr_run():
+    lr = {
+        "lr": "2e-2",
+        "minutes": 5,
+        "steps": 9,
+        "alerts": [{"t": 80.0, "line": "alert NonFiniteLoss (step 7): loss nan"}],
+        "expected": ["EntropyCollapse", "NonFiniteLoss"],
+        "fired_expected": ["NonFiniteLoss"],
+        "notes": [],
+    }
+    text = render(_result(induced_lr=lr))
+    assert "## Induced: learning rate 2e-2" in text
+    assert "expected alerts that fired: NonFiniteLoss" in text
