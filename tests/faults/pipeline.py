@@ -31,12 +31,12 @@ from launcher.report import read_log
 from launcher.supervisor import Service, Supervisor
 from launcher.train import LocalStack
 from services.rollout.config import RolloutSettings
-from shared.protocol import TrajectoryGroup
-from shared.stream import decode
+from testing import ledger
+from testing.ledger import DEAD, GROUP, STREAM, Ledger, _text
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "tiny-cpu.toml"
-STREAM, GROUP, DEAD = "trajectories", "trainer", "trajectories:dead"
+__all__ = ["DEAD", "GROUP", "STREAM", "Ledger", "Pipeline"]
 
 # The recipe as make train runs it (demonstrations and RED co-training included: they teach the tiny policy
 # to search within ~20 steps, without which the retriever is never called), except: a checkpoint per step (a
@@ -51,39 +51,6 @@ class Baseline:
     rows: int  # trainer log records
     dropped_stale: int  # the trainer's /status counter
     published: int  # the rollout's /status counter
-
-
-@dataclass
-class Ledger:
-    """The stream as the trainer's consumer group sees it, and the checkpoint's ledger (read after it)."""
-
-    groups: dict[str, str]  # entry id → group id, every entry in the stream
-    delivered: set[str]  # entry ids served to the consumer group
-    pending: set[str]  # served, not acknowledged
-    dead: dict[str, str]  # dead-lettered entry id → reason
-    trained: list[str]  # the checkpoint's recent_groups: every group trained (ledger() checks it is whole)
-    covered: set[str]  # entry ids the checkpoint contains but may not have acknowledged yet
-    # The stream read again after the checkpoint (a running trainer may have served, trained and checkpointed
-    # more groups between the two reads): what the checkpoint can have trained. None: the same as above.
-    served_after: set[str] | None = None  # group ids served (not dead-lettered) at the second read
-
-    def acked(self) -> set[str]:
-        return self.delivered - self.pending - set(self.dead)
-
-    def served(self) -> set[str]:
-        """Group ids the stream had served (and not dead-lettered) by the time the checkpoint was read."""
-        if self.served_after is not None:
-            return self.served_after
-        return {self.groups[i] for i in self.delivered - set(self.dead)}
-
-
-def _id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Pipeline:
@@ -264,65 +231,22 @@ class Pipeline:
 
     # ---------------------------------------------------------------- the ledger
     def ledger(self) -> Ledger:
-        """The stream, then the checkpoint, then the stream again. The trainer keeps serving, training and
-        checkpointing meanwhile: the checkpoint can only be ahead of the first read (every group acknowledged
-        then is in it) and behind the second (every group it trained was served by then)."""
-        before = self._stream_view()
-        state = self.checkpoint_state()
-        after = self._stream_view()
-        trained = state["recent_groups"]
+        """The stream, then the checkpoint, then the stream again (``testing.ledger.read_ledger``)."""
+        led = ledger.read_ledger(self.wait_redis, self.stack.run / "checkpoints")
         # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
-        assert len(trained) == state["groups_trained"], (
-            f"the checkpoint names the last {len(trained)} of {state['groups_trained']} groups trained"
-        )
-        groups, delivered, pending, dead = before
-        served_after = {after[0][i] for i in after[1] - set(after[3])}
-        return Ledger(groups, delivered, pending, dead, trained, set(state["covered"]), served_after)
-
-    def _stream_view(self) -> tuple[dict[str, str], set[str], set[str], dict[str, str]]:
-        """(entry id → group id, entries served, entries pending, dead-lettered entry → reason), read now."""
-        client = self.wait_redis()
-        groups = {_text(i): decode(TrajectoryGroup, f).group_id for i, f in client.xrange(STREAM)}
-        info = next(g for g in client.xinfo_groups(STREAM) if _text(g["name"]) == GROUP)
-        last = _id(_text(info["last-delivered-id"]))
-        delivered = {i for i in groups if _id(i) <= last}
-        rows = client.xpending_range(STREAM, GROUP, min="-", max="+", count=1_000_000)
-        pending = {_text(r["message_id"]) for r in rows}
-        dead = {_text(f[b"source_id"]): _text(f[b"reason"]) for _, f in client.xrange(DEAD)}
-        client.close()
-        return groups, delivered, pending, dead
+        assert led.whole, f"the checkpoint names the last {len(led.trained)} of {led.groups_trained} groups trained"
+        return led
 
     def checkpoint_state(self) -> dict:
-        from services.trainer import checkpoint
-
-        root = self.stack.run / "checkpoints"
-        for _ in range(50):  # the latest may be pruned between finding and reading it
-            try:
-                return json.loads((checkpoint.latest(root) / "state.json").read_text())
-            except (FileNotFoundError, TypeError):
-                time.sleep(0.1)
-        raise AssertionError(f"no readable checkpoint under {root}")
+        return ledger.checkpoint_state(self.stack.run / "checkpoints")
 
     def check_ledger(self, led: Ledger) -> None:
-        """What holds at any moment: no group trained twice, none trained that the stream does not hold
-        (lost), every acknowledged group trained, no dead-lettered group trained."""
-        twice = sorted(g for g in set(led.trained) if led.trained.count(g) > 1)
-        assert not twice, f"groups trained twice: {twice}"
-        unknown = sorted(set(led.trained) - led.served())
-        assert not unknown, f"trained groups that the stream no longer holds or never served: {unknown}"
-        untrained = sorted(led.groups[i] for i in led.acked() if led.groups[i] not in set(led.trained))
-        assert not untrained, f"groups acknowledged but never trained (lost): {untrained}"
-        dead_trained = sorted({led.groups[i] for i in led.dead if i in led.groups} & set(led.trained))
-        assert not dead_trained, f"dead-lettered groups trained: {dead_trained}"
+        """What holds at any moment (``testing.ledger.problems``)."""
+        problems = ledger.problems(led)
+        assert not problems, "; ".join(problems)
 
     def check_ledger_exact(self, led: Ledger) -> None:
-        """After the trainer stopped: every served group is trained exactly once (acknowledged, or covered by
-        the checkpoint and acknowledged by the next start) or pending untrained (the next start trains it)."""
-        self.check_ledger(led)
-        trained = set(led.trained)
-        for entry in sorted(led.delivered - set(led.dead), key=_id):
-            group = led.groups[entry]
-            if entry in led.pending and entry not in led.covered:
-                assert group not in trained, f"{group} is trained and pending: the next start trains it again"
-            else:
-                assert group in trained, f"{group} ({entry}) was served and acknowledged but never trained"
+        """After the trainer stopped: every served group trained exactly once or pending untrained
+        (``testing.ledger.exact_problems``)."""
+        problems = ledger.exact_problems(led)
+        assert not problems, "; ".join(problems)
