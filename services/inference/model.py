@@ -360,7 +360,8 @@ class ModelRunner:
 
 
 def _linears_in_bf16(model: torch.nn.Module) -> None:
-    """Keep the weights of the linears autocast runs in bf16 as bf16 (not tied ones: an embedding shares them).
+    """Keep the weights of the linears autocast runs in bf16 as bf16; a tied one (the output head, whose weight an
+    embedding shares) keeps a bf16 copy beside it (``_BF16Head``).
 
     Autocast casts an fp32 weight to bf16 at every forward: its cast cache holds only leaf tensors that require
     grad, which a served model's do not. Stored in bf16 the cast is a no-op and the numbers are the same bits
@@ -368,8 +369,41 @@ def _linears_in_bf16(model: torch.nn.Module) -> None:
     of 8 rows at 1,000 tokens of context, and 212 MB less resident memory for SmolLM2-135M."""
     shared = _shared_params(model)
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and id(module.weight) not in shared:
-            module.weight.data = module.weight.data.to(torch.bfloat16)
+        if isinstance(module, torch.nn.Linear):
+            if id(module.weight) in shared:
+                module.forward = _BF16Head(module)
+            else:
+                module.weight.data = module.weight.data.to(torch.bfloat16)
+    # The loaded tensors map the weights file, and the mapping lives while any of them does: reading the fp32
+    # weights above brought all of it into memory. Copies of the rest let it go (without them the bf16 linears
+    # would add 212 MB instead of saving it).
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.dtype != torch.bfloat16:
+            tensor.data = tensor.data.clone()
+
+
+class _BF16Head:
+    """The forward of a linear whose weight is tied to an embedding (the output head), under autocast: its bf16
+    copy is kept and made again only when the weight changes (in place, a new version; or replaced), instead of
+    at every forward (for SmolLM2-135M a 113 MB cast, 14 of a decode step's 48 ms). The embedding keeps its fp32
+    weight, so the residual stream is what it was; the logits are the same bits."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        self.linear, self.forward = linear, linear.forward
+        self.key: tuple[int, int] | None = None
+        self.weight: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_autocast_enabled(x.device.type):
+            return self.forward(x)
+        weight = self.linear.weight
+        key = (weight.data_ptr(), weight._version)
+        if key != self.key:
+            self.weight, self.key = weight.detach().to(torch.bfloat16), key
+        bias = self.linear.bias
+        return torch.nn.functional.linear(
+            x.to(torch.bfloat16), self.weight, None if bias is None else bias.to(torch.bfloat16)
+        )
 
 
 def _holds(layer, name: str) -> bool:

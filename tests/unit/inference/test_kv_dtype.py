@@ -82,3 +82,19 @@ def test_bf16_linears_under_autocast_compute_the_same_bits(tiny):
     assert greedy(stored, prompt)[0] == greedy(cast, prompt)[0]
     a, b = stored.prefill(prompt, None)[0], cast.prefill(prompt, None)[0]
     assert torch.equal(a, b)
+
+
+def test_tied_head_copy_follows_the_weight(tiny):
+    """The tied output head's bf16 copy is made again when the weight changes in place (a weight reload)."""
+    runner = ModelRunner(tiny, precision="bf16")
+    assert runner.tied
+    prompt = list(range(10, 40))
+    before = runner.prefill(prompt, None)[0]
+    with torch.no_grad():
+        runner.base.get_input_embeddings().weight.mul_(1.5)  # what a reload's copy_ does: same tensor, new version
+    after = runner.prefill(prompt, None)[0]
+    fresh = ModelRunner(tiny, precision="bf16")
+    with torch.no_grad():
+        fresh.base.get_input_embeddings().weight.mul_(1.5)
+    assert not torch.equal(before, after)
+    assert torch.equal(after, fresh.prefill(prompt, None)[0])
