@@ -44,9 +44,7 @@ from bench._soak_parts import (
 )
 
 # The launcher, in one place.
-from launcher import LocalStack, Service, StackSettings, Supervisor, read_log
-from launcher.alerts.monitor import monitor_for
-from launcher.alerts.settings import AlertSettings
+from launcher import AlertSettings, LocalStack, Service, StackSettings, Supervisor, monitor_for, read_log
 from shared.redis_server import free_port
 from testing import ledger
 

@@ -13,7 +13,8 @@ these names from ``launcher``, not from its modules:
 - ``Supervisor``, ``Service``: the processes of a run, stopped together;
 - ``eval_args``, ``read_eval``, ``EvalResult``, ``read_log``: a held-out eval's command and results, the
   trainer's log;
-- ``threads_for``, ``checkpoint_step``, ``start_from_checkpoint``.
+- ``threads_for``, ``checkpoint_step``, ``start_from_checkpoint``;
+- ``monitor_for``, ``AlertSettings``: the RL-health alerts' in-process check of a run and its thresholds.
 
 Names resolve on first use, so ``python -m launcher --help`` imports none of them.
 """
@@ -36,8 +37,11 @@ _API = {
     "threads_for": "launcher.processes",
     "checkpoint_step": "launcher.processes",
     "start_from_checkpoint": "launcher.runs",
+    "monitor_for": "launcher.alerts.monitor",
+    "AlertSettings": "launcher.alerts.settings",
 }
 __all__ = [  # the names of _API
+    "AlertSettings",
     "EvalResult",
     "Layout",
     "LocalStack",
@@ -46,6 +50,7 @@ __all__ = [  # the names of _API
     "Supervisor",
     "checkpoint_step",
     "eval_args",
+    "monitor_for",
     "read_eval",
     "read_log",
     "start_from_checkpoint",
@@ -53,6 +58,8 @@ __all__ = [  # the names of _API
 ]
 
 if TYPE_CHECKING:
+    from launcher.alerts.monitor import monitor_for
+    from launcher.alerts.settings import AlertSettings
     from launcher.config import StackSettings
     from launcher.prepare import Layout, eval_args
     from launcher.processes import checkpoint_step, threads_for

@@ -150,6 +150,13 @@ CASES: tuple[Case, ...] = (
     Case(
         "EntropyCollapse",
         False,
+        "entropy from 2 nats to 0.05 as the reward climbs from 0.1 to 0.6: it learned (smol-cpu's make train)",
+        {f"coda_trainer_rl_entropy{T}": "2-0.1x19 0.05x10", f"coda_trainer_reward_mean{T}": "0.1+0.02x25 0.6x4"},
+        "25m",
+    ),
+    Case(
+        "EntropyCollapse",
+        False,
         "a model trained from scratch: 7 nats down to 0.5 (below a tenth, not below the floor)",
         {f"coda_trainer_rl_entropy{T}": "7-0.3x21 0.5x10"},
         "28m",

@@ -4,11 +4,13 @@ a line of the numbers that made it fire. ``rules.RULES`` pairs each with its Pro
 from __future__ import annotations
 
 import math
+import statistics
 
 from launcher.alerts.observed import Observed, finite, mean, median, rolling_means
 from launcher.alerts.settings import AlertSettings
 
 Detail = str | None
+LEARNED_FROM = 3  # EntropyCollapse: the first RL steps whose mean reward is where the run started
 
 
 def trainer_stalled(o: Observed, s: AlertSettings) -> Detail:
@@ -99,12 +101,19 @@ def mismatch_spike(o: Observed, s: AlertSettings) -> Detail:
 
 def entropy_collapse(o: Observed, s: AlertSettings) -> Detail:
     """The policy's entropy below ``entropy_fraction`` of its peak and below ``entropy_floor``, while the reward
-    (averaged over ``window_steps``) is below ``entropy_solved_reward``: a solved task may stop exploring."""
+    (averaged over ``window_steps``) is below ``entropy_solved_reward`` (a solved task may stop exploring) and
+    less than ``entropy_learned_gain`` above the mean of the first ``LEARNED_FROM`` RL steps (a policy that grew
+    sure as its reward climbed learned)."""
     values = [v for v in o.values("rl_entropy") if finite(v)]
     if len(values) < 2:
         return None
-    rewards = rolling_means([v for v in o.values("reward_mean") if finite(v)], s.window_steps)
+    raw = [v for v in o.values("reward_mean") if finite(v)]
+    rewards = rolling_means(raw, s.window_steps)
     if rewards and rewards[-1] >= s.entropy_solved_reward:
+        return None
+    # Learned: the recent reward (up to window_steps) above where RL started (its first steps, near the peak
+    # entropy), not the lowest full window, which for a run that climbs in its first steps already holds the climb.
+    if raw and mean(raw[-s.window_steps :]) - mean(raw[:LEARNED_FROM]) >= s.entropy_learned_gain:
         return None
     now, peak = values[-1], max(values)
     if now < s.entropy_fraction * peak and now < s.entropy_floor:
@@ -114,12 +123,16 @@ def entropy_collapse(o: Observed, s: AlertSettings) -> Detail:
 
 def reward_drop(o: Observed, s: AlertSettings) -> Detail:
     """The reward, averaged over ``window_steps``, fallen from its peak by more than ``reward_drop_fraction`` of
-    its range and more than ``reward_drop_min``."""
-    smooth = rolling_means([v for v in o.values("reward_mean") if finite(v)], s.window_steps)
+    its range, more than ``reward_drop_min``, and more than ``reward_drop_z`` standard errors of a difference of
+    two such means (from the spread of every step's reward): the peak of many noisy windows sits above a plateau
+    by chance, and a long run at one would otherwise be told it unlearns."""
+    rewards = [v for v in o.values("reward_mean") if finite(v)]
+    smooth = rolling_means(rewards, s.window_steps)
     if len(smooth) < 2:
         return None
     peak, low, now = max(smooth), min(smooth), smooth[-1]
-    if peak - now > max(s.reward_drop_fraction * (peak - low), s.reward_drop_min):
+    noise = s.reward_drop_z * statistics.pstdev(rewards) * math.sqrt(2 / s.window_steps)
+    if peak - now > max(s.reward_drop_fraction * (peak - low), s.reward_drop_min, noise):
         return f"reward {now:.3f} (mean of {s.window_steps} steps), down from its peak {peak:.3f}"
     return None
 

@@ -45,7 +45,12 @@ def _smoothed_reward(s: AlertSettings) -> str:
 def _reward_drop(s: AlertSettings) -> str:
     smooth, lb = _smoothed_reward(s), _lb(s)
     peak, low = f"max_over_time({smooth}[{lb}:1m])", f"min_over_time({smooth}[{lb}:1m])"
-    return f"({peak} - {smooth}) > clamp_min({s.reward_drop_fraction:g} * ({peak} - {low}), {s.reward_drop_min:g})"
+    raw, w = "coda_trainer_reward_mean", _w(s)
+    noise = f"{s.reward_drop_z:g} * stddev_over_time({raw}[{lb}]) * sqrt(2 / count_over_time({raw}[{w}]))"
+    return (
+        f"({peak} - {smooth}) > clamp_min({s.reward_drop_fraction:g} * ({peak} - {low}), {s.reward_drop_min:g}) "
+        f"and ({peak} - {smooth}) > {noise}"
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -129,22 +134,33 @@ RULES: tuple[Rule, ...] = (
         "Lower the learning rate (`[trainer] lr`), add an entropy bonus (`[trainer] entropy_coef`) or clip-higher "
         "(`[trainer] clip_high`), raise the temperature (`[shared] temperature`); "
         "check whether the reward is being hacked with one fixed answer. Not said while the smoothed reward is "
-        "at least entropy_solved_reward: a policy that solved its task may stop exploring.",
-        ("entropy_fraction", "entropy_floor", "entropy_solved_reward", "window_steps", "window_minutes"),
+        "at least entropy_solved_reward (a policy that solved its task may stop exploring), nor while it is "
+        "entropy_learned_gain above its lowest (the policy grew sure as it learned).",
+        (
+            "entropy_fraction",
+            "entropy_floor",
+            "entropy_solved_reward",
+            "entropy_learned_gain",
+            "window_steps",
+            "window_minutes",
+        ),
         lambda s: (
             f"coda_trainer_rl_entropy < {s.entropy_fraction:g} * max_over_time(coda_trainer_rl_entropy[{_lb(s)}]) "
             f"and coda_trainer_rl_entropy < {s.entropy_floor:g} "
-            f"and {_smoothed_reward(s)} < {s.entropy_solved_reward:g}"
+            f"and {_smoothed_reward(s)} < {s.entropy_solved_reward:g} "
+            f"and ({_smoothed_reward(s)} - min_over_time({_smoothed_reward(s)}[{_lb(s)}:1m])) "
+            f"< {s.entropy_learned_gain:g}"
         ),
         checks.entropy_collapse,
-        prometheus_note="the peak is over the last lookback_hours",
+        prometheus_note="the peak, and the reward it climbed from (the smoothed reward's lowest), are over the last "
+        "lookback_hours; make train's check climbs from the mean of the first 3 RL steps",
     ),
     Rule(
         "RewardDrop",
         "The smoothed reward fell well below its running peak: the run is unlearning.",
         "Go back to the checkpoint of the peak; lower the learning rate (`[trainer] lr`); look at the clip fraction, the "
         "mismatch KL and the grad norm around the drop.",
-        ("reward_drop_fraction", "reward_drop_min", "window_steps", "window_minutes"),
+        ("reward_drop_fraction", "reward_drop_min", "reward_drop_z", "window_steps", "window_minutes"),
         _reward_drop,
         checks.reward_drop,
         prometheus_note="smoothed over window_minutes, peak and low over lookback_hours",

@@ -50,12 +50,25 @@ class AlertSettings(ServiceSettings):
     entropy_solved_reward: float = Field(
         0.9,
         description="Entropy collapse: not while the smoothed reward is at least this (a policy that solved its "
-        "task has no reason to explore: smol-cpu's make train ends at reward 0.95 with 2% of its peak entropy)",
+        "task has no reason to explore)",
+    )
+    entropy_learned_gain: float = Field(
+        0.3,
+        ge=0,
+        description="Entropy collapse: nor while the smoothed reward is at least this much above where RL started "
+        "(a policy that became sure while its reward climbed learned; one whose reward stayed where it was collapsed). "
+        "With demonstrations in the loss (RED) the entropy of a learned format falls to a few percent of its peak",
     )
     reward_drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Reward drop: smoothed reward lost more than this fraction of its range"
     )
     reward_drop_min: float = Field(0.1, ge=0, description="Reward drop: and more than this much below its peak")
+    reward_drop_z: float = Field(
+        3.0,
+        ge=0,
+        description="Reward drop: and more than this many standard errors of the difference of two window means "
+        "(from the spread of every step's reward): a plateau's noisy windows do not count as a drop",
+    )
     no_signal_share: float = Field(
         0.9,
         gt=0,
@@ -65,16 +78,16 @@ class AlertSettings(ServiceSettings):
     no_signal_steps: int = Field(
         5,
         ge=1,
-        description="No learning signal: over the last this many RL steps (smol-cpu's make train has 15, ~30 s each; "
-        "a policy trained from scratch, rewarded only after tens of steps, needs more: tiny-cpu sets 60)",
+        description="No learning signal: over the last this many RL steps (a short run has tens; a policy trained "
+        "from scratch, rewarded only after tens of steps, needs more: tiny-cpu sets 60)",
     )
     no_signal_minutes: int = Field(
-        4, ge=1, description="No learning signal: the Prometheus window (it holds 7 of smol-cpu's ~30 s steps)"
+        4, ge=1, description="No learning signal: the Prometheus window (minutes, where make train counts steps)"
     )
     no_signal_solved_reward: float = Field(
         0.5,
         description="No learning signal: not while the mean reward over those steps is at least this (equal "
-        "rewards of a solved task: smol-cpu's groups are mostly all 1 by its end)",
+        "rewards of a solved task: its groups are mostly all 1)",
     )
     sft_rise_factor: float = Field(
         1.25,

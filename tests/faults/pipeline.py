@@ -232,13 +232,17 @@ class Pipeline:
     # ---------------------------------------------------------------- the ledger
     def ledger(self) -> Ledger:
         """The stream, then the checkpoint, then the stream again (``testing.ledger.read_ledger``)."""
-        led = ledger.read_ledger(self.wait_redis, self.stack.run / "checkpoints")
+        led = ledger.read_ledger(self.wait_redis, self.checkpoints)
         # The checks below need every trained group by name: the suite must stay within the checkpoint's window.
         assert led.whole, f"the checkpoint names the last {len(led.trained)} of {led.groups_trained} groups trained"
         return led
 
+    @property
+    def checkpoints(self) -> Path:
+        return self.stack.run / "checkpoints"
+
     def checkpoint_state(self) -> dict:
-        return ledger.checkpoint_state(self.stack.run / "checkpoints")
+        return ledger.checkpoint_state(self.checkpoints)
 
     def check_ledger(self, led: Ledger) -> None:
         """What holds at any moment (``testing.ledger.problems``)."""

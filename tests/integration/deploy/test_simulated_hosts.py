@@ -76,11 +76,12 @@ class _Ledger(Pipeline):
     def __init__(self, redis_url: str, root: Path) -> None:  # no stack: only what the ledger reads
         self.redis_url, self.root = redis_url, root
 
+    @property
+    def checkpoints(self) -> Path:
+        return self.root
+
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url, socket_timeout=10)
-
-    def checkpoint_state(self) -> dict:
-        return h.checkpoint_state(self.root)
 
 
 @dataclass
