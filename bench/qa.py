@@ -140,7 +140,7 @@ class Bench:
             return
         stack.start_servers(sup, searcher=False)
         stack.load_adapter(SEARCHER_ADAPTER, searcher)
-        sup.start(stack.searcher_service(CODA_SEARCHER_MODEL_NAME=SEARCHER_ADAPTER))
+        sup.start(stack.searcher_service(CODA_SEARCHER_SERVED_MODEL_NAME=SEARCHER_ADAPTER))
         say(f"searcher healthy: {searcher.name} served as {SEARCHER_ADAPTER!r}")
 
     def searcher_for(self, run: Path, dataset: str, method: str, seed: int) -> tuple[Path | None, str | None]:
@@ -352,7 +352,7 @@ class Bench:
                 args += ["--eval-output", str(out), "--eval-policy", "base", "--eval-kind", "open"]
                 args += ["--eval-limit", str(self.a.curve_limit)]
                 started = time.time()
-                stack.job(sup, "eval", args, **ARMS[method].env, CODA_ROLLOUT_MODEL_NAME=name)
+                stack.job(sup, "eval", args, **ARMS[method].env, CODA_ROLLOUT_SERVED_MODEL_NAME=name)
                 result = read_eval(out)
                 rows = json.loads(result.path.read_text())["rows"]
                 point.update(

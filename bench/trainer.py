@@ -95,7 +95,7 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
         load_into(url, event.kind, event.model_name, event.path, event.version)
         seconds = time.perf_counter() - start
         if event.kind == "lora" and version >= 2:  # the server holds max_loras: keep the trainer's window of 2
-            unload_from(url, f"policy-v{version - 2}")
+            unload_from(url, pub.model_name(version - 2))
         return seconds
 
     server, url = start_server(model_dir, work)

@@ -231,7 +231,7 @@ class Processes:
         return self.service("rollout", ["services.rollout", "serve"], self.ports.rollout, recipe=recipe, tag=tag, **env)
 
     def searcher_service(self, **env: str) -> Service:
-        """The searcher service of this run (e.g. ``CODA_SEARCHER_MODEL_NAME`` to serve an adapter)."""
+        """The searcher service of this run (e.g. ``CODA_SEARCHER_SERVED_MODEL_NAME`` to serve an adapter)."""
         return self.service("searcher", ["services.searcher", "serve"], self.ports.searcher, **env)
 
     def retriever_service(self, index: Path | None = None, port: int | None = None, name: str = "retriever") -> Service:

@@ -98,18 +98,18 @@ def _tables(cls: type) -> dict[str, type]:
 
 
 def moved_section(cls: type) -> list[str]:
-    """The flat keys of the release before that still set a nested table's key, with a warning."""
+    """The keys of the release before that still set a nested table's key or a renamed key, with a warning."""
     section, prefix = cls.toml_section, cls.model_config.get("env_prefix", "")
     rows = [
-        f"\nThe flat keys of the release before still set these (`[{section}] key`, `{prefix}KEY`, `--key`), "
+        f"\nThe keys of the release before still set these (`[{section}] key`, `{prefix}KEY`, `--key`), "
         "each use with a logged warning naming the new key; they go in the next release. One place (the recipe, "
         "the environment, the command line) that sets a key both ways is an error.\n",
         "| old key | now |",
         "|---|---|",
     ]
     for old, moved in cls.moved_keys.items():
-        table, key = moved.split(".")
-        rows.append(f"| `{old}` | `[{section}.{table}] {key}` |")
+        table, _, key = moved.rpartition(".")
+        rows.append(f"| `{old}` | `[{section}.{table}] {key}` |" if table else f"| `{old}` | `[{section}] {key}` |")
     return rows
 
 

@@ -3,9 +3,10 @@
 A step is ``groups_per_step`` groups for both sides; a group older than ``max_staleness`` versions is one the
 rollout must not admit and the trainer drops; the trainer scores tokens at the rollout's sampling
 ``temperature``; and both name the same model, streams and keys. Each service's settings class takes these
-fields from here (``contract_field``: one type, default and description each) under its own names
-(``ServiceSettings.contract_fields``), so the env vars ``CODA_<SERVICE>_<FIELD>`` and the recipe keys stay as
-they were, and a recipe sets them once in ``[shared]``.
+fields from here (``contract_field``: one type, default and description each) under the contract's names
+(``ServiceSettings.contract_fields``; env ``CODA_<SERVICE>_<FIELD>``), and a recipe sets them once in
+``[shared]``. (The rollout's ``model_name`` and the trainer's ``served_model``, their names of
+``served_model_name`` from before, still work for one release, with a warning: ``ServiceSettings.moved_keys``.)
 
 At start-up the rollout and the trainer announce their contract in Redis (``announce``): the first one writes
 it, the next ones compare, and a service whose contract differs refuses to start, naming each field. The
@@ -38,7 +39,7 @@ class PipelineContract(BaseModel):
     served_model_name: str = Field(
         "policy",
         description="Name the inference server serves the policy under: the rollout samples from it (full "
-        "weights replace the ones served under it; a LoRA version is served as policy-vN)",
+        "weights replace the ones served under it; a LoRA version is served as <name>-<run id>-vN)",
     )
     # 4, the rollout's former default rather than the trainer's 8: the default agent samples 4 episodes per
     # group, so a step is 16 episodes, which a CPU-only `make train` finishes in a sensible time; a recipe that
@@ -84,7 +85,7 @@ def contract_field(name: str) -> Any:
 
 def contract_names(**renamed: str) -> dict[str, str]:
     """Contract field → the settings field holding it: the same name, unless ``renamed`` (a service's own
-    older name, kept so its env var and recipe key keep working)."""
+    name for it; none has one now)."""
     unknown = set(renamed) - set(PipelineContract.model_fields)
     if unknown:
         raise ValueError(f"not pipeline contract fields: {sorted(unknown)}")

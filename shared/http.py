@@ -50,12 +50,14 @@ def create_app(
     health_checks: dict[str, HealthCheck] | None = None,
     max_body_bytes: int = 64 * 1024 * 1024,
     max_json_depth: int = 64,
+    registry: CollectorRegistry | None = None,
 ) -> tuple[FastAPI, CollectorRegistry]:
-    """A FastAPI app with the house routes and error handling; returns it with its metrics registry."""
+    """A FastAPI app with the house routes and error handling; returns it with its metrics registry
+    (``registry``, or a new one)."""
     app = FastAPI(title=f"coda-stack {service}", version=version, description=description, lifespan=lifespan)
     # Added before the metrics middleware, so it runs inside it and its refusals are counted too.
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, max_json_depth=max_json_depth)
-    registry = instrument_app(app, service)
+    registry = instrument_app(app, service, registry)
     add_health_route(app, service, health_checks)
 
     @app.exception_handler(RequestValidationError)

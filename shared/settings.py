@@ -9,10 +9,12 @@ service takes the ones it uses (``shared_keys``: shared name → its own field),
 both set one. ``contract()`` is the pipeline contract as a service holds it.
 
 A field that is a model of its own is a nested table (``[trainer.lora]``, env ``CODA_TRAINER_LORA__RANK``, flag
-``--lora JSON``). Keys that moved into one keep their old flat spelling for one release (``moved_keys``: old key →
-``table.key``): ``[trainer] lora_rank``, ``CODA_TRAINER_LORA_RANK`` and ``--lora-rank`` set ``lora.rank``, each at
-its own precedence, with a logged warning that names the new key. One place (the recipe, the environment, the
-command line) that sets a key both ways is an error naming both.
+``--lora JSON``). Keys that moved into one, or were renamed, keep their old spelling for one release
+(``moved_keys``: old key → ``table.key`` or the new flat key): ``[trainer] lora_rank``, ``CODA_TRAINER_LORA_RANK``
+and ``--lora-rank`` set ``lora.rank``; ``[rollout] model_name`` sets ``served_model_name``; each at its own
+precedence, with a logged warning that names the new key. One place (the recipe, the environment, the command
+line) that sets a key both ways is an error naming both; an old key in the service's own table still wins over
+the new one in ``[shared]``.
 
     class RetrieverSettings(ServiceSettings):
         model_config = service_config("CODA_RETRIEVER_")
@@ -90,7 +92,13 @@ class TomlSectionSource(PydanticBaseSettingsSource):
                 raise ValueError(
                     f"recipe {path}: unknown [shared] keys {sorted(unknown)}; known: {', '.join(sorted(SHARED_KEYS))}"
                 )
-            own = {field: shared[key] for key, field in (shared_keys or {}).items() if key in shared}
+            # An old spelling in the service's own table (``moved_keys``) wins over [shared] like the new one would.
+            renamed = {new: old for old, new in getattr(settings_cls, "moved_keys", {}).items() if "." not in new}
+            own = {
+                field: shared[key]
+                for key, field in (shared_keys or {}).items()
+                if key in shared and renamed.get(field) not in table
+            }
             self.values = {**own, **table}
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
@@ -143,23 +151,33 @@ class MovedKeys(PydanticBaseSettingsSource):
         for key, moved in self.settings_cls.moved_keys.items():
             if key not in values:
                 continue
+            old, new = self._spelling(key), self._spelling(moved)
+            if "." not in moved:  # a renamed flat key
+                if moved in values:
+                    raise ValueError(f"{self.where} sets {old} and {new}, the same setting: keep {new}")
+                values[moved] = values.pop(key)
+                _warn_moved(self.where, old, new)
+                continue
             table, inner = moved.split(".")
             nested = values.get(table) or {}
             nested = nested.model_dump(exclude_unset=True) if isinstance(nested, BaseModel) else nested
             if not isinstance(nested, dict):
                 continue  # not a table: validation refuses it, and the old key with it
-            old, new = self._spelling(key), self._spelling(moved)
             if inner in nested:
                 raise ValueError(f"{self.where} sets {old} and {new}, the same setting: keep {new}")
             values[table] = {**nested, inner: values.pop(key)}
-            log.warning(
-                "%s: %s is now %s; the old key goes in the next release",
-                self.where,
-                old,
-                new,
-                extra={"old_key": old, "new_key": new},
-            )
+            _warn_moved(self.where, old, new)
         return values
+
+
+def _warn_moved(where: str, old: str, new: str) -> None:
+    log.warning(
+        "%s: %s is now %s; the old key goes in the next release",
+        where,
+        old,
+        new,
+        extra={"old_key": old, "new_key": new},
+    )
 
 
 class ServiceSettings(BaseSettings):
@@ -169,15 +187,15 @@ class ServiceSettings(BaseSettings):
     toml_section: ClassVar[str] = "common"
     shared_keys: ClassVar[dict[str, str]] = {}  # [shared] key → this service's field
     contract_fields: ClassVar[dict[str, str]] = {}  # pipeline contract field → this service's field
-    # an old flat key → ``table.key``, where it moved (a nested table: a model field); the old one still works,
-    # with a warning, for one release
+    # an old flat key → ``table.key``, where it moved (a nested table: a model field), or → its new flat name;
+    # the old one still works, with a warning, for one release
     moved_keys: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def moved_field(cls, key: str) -> FieldInfo:
         """The field an old flat key (``moved_keys``) now sets."""
-        table, inner = cls.moved_keys[key].split(".")
-        return cls.model_fields[table].annotation.model_fields[inner]
+        table, _, inner = cls.moved_keys[key].rpartition(".")
+        return cls.model_fields[table].annotation.model_fields[inner] if table else cls.model_fields[inner]
 
     def contract_values(self) -> dict[str, Any]:
         """The fields of the pipeline contract this service holds, under the contract's names."""
@@ -229,8 +247,9 @@ class ServiceSettings(BaseSettings):
             default = field.default if field.default is not None else "none"
             text = f"{field.description or ''} (default: {default})"
             if name in cls.moved_keys:
-                table, inner = cls.moved_keys[name].split(".")
-                text = f"old spelling of --{table.replace('_', '-')} '{{\"{inner}\": …}}' (goes in the next release)"
+                table, _, inner = cls.moved_keys[name].rpartition(".")
+                new = f"--{table.replace('_', '-')} '{{\"{inner}\": …}}'" if table else "--" + inner.replace("_", "-")
+                text = f"old spelling of {new} (goes in the next release)"
             group.add_argument(flag, dest=f"setting__{name}", default=None, metavar=_metavar(field), help=text)
 
     @classmethod

@@ -39,6 +39,7 @@ from shared.protocol.inference import (
     ModelList,
     UsageInfo,
 )
+from shared.protocol.weights import parse_adapter_name
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class FakeLLM:
         if not (isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int)):
             raise ApiError("the fake LLM takes one prompt of token ids", 400)
         model = req.model or "policy"
-        if model.startswith("policy-v") and model not in self.loras:
+        if parse_adapter_name(model) is not None and model not in self.loras:
             raise ApiError(f"The model `{model}` does not exist.", 404, "NotFoundError")
         prompt_text = self.tok.decode(req.prompt)
         ids, text, finish, stop_reason = self._reply(self.script(prompt_text, model), req)

@@ -2,7 +2,7 @@
 
 A ``Generator`` is bound to one served model and one sampling setup. ``PolicyGenerator`` follows the
 trained policy: every call reads the live ``PolicyState`` (version and model name, updated by the rollout's
-weight-event follower), so a LoRA update switches requests to ``policy-v{N}`` and every generated token is
+weight-event follower), so a LoRA update switches requests to its adapter (``policy-<run>-v{N}``) and every generated token is
 stamped with the version that sampled it. ``FrozenGenerator`` serves a fixed model (the searcher, the
 recursive reasoner's worker): its tokens are never trained.
 """
@@ -83,11 +83,12 @@ class Sampling:
 
 @dataclass
 class PolicyState:
-    """The live policy: which version is served and under which model name (mutated by the weight follower)."""
+    """The live policy: which version is served and under which model name (mutated by the weight follower);
+    ``served_model_name``: the base model's name on the server (a full reload keeps serving under it)."""
 
     version: int = 0
     model_name: str = "policy"
-    base_model_name: str = "policy"
+    served_model_name: str = "policy"
     history: list[tuple[int, str]] = field(default_factory=list)
 
     def advance(self, version: int, model_name: str | None) -> bool:
@@ -95,7 +96,7 @@ class PolicyState:
         if version <= self.version and self.history:
             return False
         self.version = version
-        self.model_name = model_name or self.base_model_name
+        self.model_name = model_name or self.served_model_name
         self.history.append((version, self.model_name))
         return True
 
@@ -141,7 +142,7 @@ class PolicyGenerator:
             )
             # Our server reports the base-weight version it sampled with; after a full reload that is the truth
             # even if the reload landed while the request was queued. vLLM does not report it.
-            if out.weight_version is None or model != self.state.base_model_name:
+            if out.weight_version is None or model != self.state.served_model_name:
                 return _generation(out.choices[0], version)
             if out.weight_version >= version or time.monotonic() >= deadline:
                 if self.behind and out.weight_version >= version:

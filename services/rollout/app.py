@@ -1,4 +1,6 @@
-"""The rollout service's FastAPI app: the producer and the weight sync run as background tasks (``Runtime``).
+"""The rollout service's FastAPI app: the producer and the weight sync run as background tasks of a plain
+``Runtime`` object (its metrics its own) the app starts and stops in its lifespan, as the trainer's app runs
+beside its ``Trainer``.
 
 Routes: ``/health`` (Redis reachable, producer alive), ``/metrics``, ``GET /status`` (version, admission,
 counts, failures by cause, the fleet of policy servers). Episodes go to the fleet (``services.rollout.fleet``):
@@ -14,6 +16,7 @@ import socket
 
 import redis
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
@@ -35,11 +38,16 @@ log = get_logger(__name__)
 class Runtime:
     """What one ``serve`` process runs: the admission gate, the weight sync (follower + fleet watch) and the
     producer, as background tasks. ``start`` builds and starts them (a rollout whose pipeline contract differs
-    from the trainer's refuses to start); ``stop`` cancels and closes them."""
+    from the trainer's refuses to start); ``stop`` cancels and closes them. Its metrics go to ``registry`` (a
+    new one by default: the app serves it at ``/metrics``)."""
 
-    def __init__(self, settings: RolloutSettings, metrics: RolloutMetrics, *, tok=None) -> None:
-        self.s, self.metrics, self.tok = settings, metrics, tok
+    def __init__(self, settings: RolloutSettings, *, registry: CollectorRegistry | None = None, tok=None) -> None:
+        self.s, self.tok = settings, tok
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = RolloutMetrics(self.registry)
         self.tasks: list[asyncio.Task] = []
+        self.producer: Producer | None = None
+        self.redis: redis.Redis | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
@@ -133,41 +141,42 @@ class Runtime:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self._stack.aclose()
 
+    def task_state(self, name: str) -> str:
+        """``/health``'s word on the task ``name``: running, finished, or an error naming why it stopped."""
+        task = next(t for t in self.tasks if t.get_name() == name)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise RuntimeError(f"{name} stopped: {task.exception()!r}")
+        return "finished" if task.done() else "running"
+
 
 def build_app(settings: RolloutSettings, *, tok=None) -> FastAPI:
-    metrics_holder: dict = {}
+    """The rollout's app around one ``Runtime`` (``app.state.runtime``), started and stopped with the app."""
+    runtime = Runtime(settings, tok=tok)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        runtime = Runtime(settings, metrics_holder["metrics"], tok=tok)
+    async def lifespan(_: FastAPI):
         await runtime.start()
-        app.state.producer, app.state.redis, app.state.tasks = runtime.producer, runtime.redis, runtime.tasks
         try:
             yield
         finally:
             await runtime.stop()
 
-    def task_state(name: str) -> str:
-        task = next(t for t in app.state.tasks if t.get_name() == name)
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise RuntimeError(f"{name} stopped: {task.exception()!r}")
-        return "finished" if task.done() else "running"
-
-    app, registry = create_app(
+    app, _ = create_app(
         "rollout",
         lifespan=lifespan,
         description="Agent episodes → trajectory groups",
+        registry=runtime.registry,
         health_checks={
-            "redis": lambda: app.state.redis.ping() and "ok",
-            "producer": lambda: task_state("producer"),
-            "weights": lambda: task_state("weights"),
-            "fleet": lambda: task_state("fleet"),
+            "redis": lambda: runtime.redis.ping() and "ok",
+            "producer": lambda: runtime.task_state("producer"),
+            "weights": lambda: runtime.task_state("weights"),
+            "fleet": lambda: runtime.task_state("fleet"),
         },
     )
-    metrics_holder["metrics"] = RolloutMetrics(registry)
+    app.state.runtime = runtime
 
     @app.get("/status", tags=["rollout"], summary="Version, admission state, counts and failures")
     def status() -> dict:
-        return app.state.producer.status()
+        return runtime.producer.status()
 
     return app

@@ -37,8 +37,9 @@ AgentKnobs = create_model(
 class RolloutSettings(ServiceSettings, AgentKnobs):
     model_config = service_config("CODA_ROLLOUT_")
     toml_section: ClassVar[str] = "rollout"
-    # model_name: the rollout's name of the contract's served_model_name, from before there was one.
-    contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="model_name")
+    contract_fields: ClassVar[dict[str, str]] = contract_names()
+    # model_name (CODA_ROLLOUT_MODEL_NAME, --model-name): the old spelling, warned; it goes in the next release.
+    moved_keys: ClassVar[dict[str, str]] = {"model_name": "served_model_name"}
     shared_keys: ClassVar[dict[str, str]] = {
         "model": "tokenizer",
         "system_prompt": "system_prompt",
@@ -105,8 +106,10 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
         description="How long an episode waits for a server that is up and serves the live weights before "
         "it fails as an inference outage (503)",
     )
-    model_name: str = contract_field("served_model_name")
-    frozen_model_name: str | None = Field(None, description="Served name of the frozen worker (default: model_name)")
+    served_model_name: str = contract_field("served_model_name")
+    frozen_model_name: str | None = Field(
+        None, description="Served name of the frozen worker (default: served_model_name)"
+    )
     tokenizer: str = Field("", description="Tokenizer directory of the served model ('char': the test tokenizer)")
     retriever_url: str = Field("http://127.0.0.1:8000", description="Retriever (Search-R1 /retrieve API)")
     searcher_url: str = Field("http://127.0.0.1:8001", description="Searcher service (thinker-searcher)")
@@ -225,7 +228,7 @@ class RolloutSettings(ServiceSettings, AgentKnobs):
     eval_policy: Literal["live", "base"] = Field(
         "live",
         description="live: the policy the trainer last published (its LoRA adapter when it trains one), "
-        "found on the weights stream; base: model_name as served (also when Redis is down)",
+        "found on the weights stream; base: served_model_name as served (also when Redis is down)",
     )
 
     @model_validator(mode="before")

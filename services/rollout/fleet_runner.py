@@ -71,7 +71,7 @@ class FleetRunner:
         if not isinstance(live, PolicyGenerator):
             raise TypeError(f"the fleet runs a PolicyGenerator's episodes, not {type(live).__name__}'s")
         state = live.state
-        key = (state.version, state.model_name, state.base_model_name)
+        key = (state.version, state.model_name, state.served_model_name)
         cached = self.contexts.get(server.url)
         if cached is not None and cached[0] == key:
             return cached[1]

@@ -6,8 +6,8 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
 1. reads who announced themselves in Redis (``shared.server_registry``) and makes them the fleet's members
    beside the servers the settings list;
 2. probes each member: ``GET /v1/models`` (open on vLLM and ours) says it is up, and which weight version
-   it serves: under LoRA, the newest version whose adapter name (``policy-vN``, from the ``weights`` stream)
-   it lists, the base model counting as 0; under full reloads, ``coda_weight_info`` through
+   it serves: under LoRA, the newest version whose adapter name (``<served>-<run>-vN``,
+   ``shared.protocol.adapter_name``, from the ``weights`` stream) it lists, the base model counting as 0; under full reloads, ``coda_weight_info`` through
    ``/collective_rpc`` (what the trainer's sync check asks too; a server that never loaded weights serves
    version 0).
    Where that route is refused (a 4xx: a vLLM without our worker extension, or no control token for a
@@ -15,12 +15,14 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
    of our server still report the version that sampled them (``PolicyGenerator``);
 3. tells each server that is up but behind to load the live version from the path the trainer announced
    (``services.rollout.loader``; the rollout orchestrates its servers, prime-rl's shape): a LoRA adapter under
-   its ``policy-vN`` name, or a full reload, with the control token (``shared.auth``). The trainer only
+   its ``<served>-<run>-vN`` name, or a full reload, with the control token (``shared.auth``). The trainer only
    writes and announces, so every server, the one beside the trainer included, is behind for the moment
    between an announcement and the load the watch makes at once (the announcement wakes it); a server that
    joins or restarts later catches up the same way, and the trainer never knows the fleet. Under LoRA,
-   adapters older than the ``keep_adapters`` newest are unloaded from servers the watch loads into
-   (``max_loras`` bounds a server); the trainer deletes their folders. Several rollout replicas each run a
+   adapters of another run (a server that outlived a Redis wipe holds the old run's ``vN``, or names of the
+   release before, without a run) are unloaded first, never counted as versions and never served; adapters
+   older than the ``keep_adapters`` newest are unloaded after the load (``max_loras`` bounds a server); the
+   trainer deletes their folders. Several rollout replicas each run a
    watch: two may load one version into one server at once (a full reload twice, or a LoRA load refused as
    already loaded and logged); the next probe sees the server serve it either way.
 
@@ -45,7 +47,7 @@ from services.rollout.fleet import Fleet, Server
 from services.rollout.loader import LOAD_TIMEOUT_S, load_update, unload_adapter
 from shared.inference_client import InferenceClient, InferenceError
 from shared.log import get_logger
-from shared.protocol import WeightUpdate
+from shared.protocol import WeightUpdate, parse_adapter_name
 from shared.retry import RetryPolicy
 from shared.server_registry import announced
 
@@ -158,7 +160,7 @@ class FleetWatch:
         """The model ids ``client``'s server lists and the weight version it serves (module docstring)."""
         ids = {card.id for card in await client.models()}
         state = self.state
-        if state.model_name != state.base_model_name:  # LoRA: its adapters say which versions it has
+        if state.model_name != state.served_model_name:  # LoRA: its adapters say which versions it has
             return ids, max((v for v, name in state.history if name in ids), default=0)
         if state.version == 0:
             return ids, 0
@@ -190,9 +192,11 @@ class FleetWatch:
         client = self._client(url)
         log.info("policy server behind: loading the live weights", extra={"server": url, "version": event.version})
         try:
+            if event.kind == "lora":  # first: another run's adapters take slots the new one may need
+                await self._unload(client, self.stale(ids, event, foreign_only=True))
             await load_update(client, event)
             if event.kind == "lora":
-                await self._unload_old(client, ids, event.version)
+                await self._unload(client, self.stale(ids, event))
         except (InferenceError, httpx.HTTPError, ValueError) as exc:
             log.warning(
                 "could not load the live weights into a policy server; trying again later",
@@ -204,10 +208,24 @@ class FleetWatch:
         self.loads += 1
         self.wake()  # probe it now: it takes episodes again from the next pick
 
-    async def _unload_old(self, client: InferenceClient, ids: set[str], version: int) -> None:
-        """Unload the adapters of versions older than the ``keep_adapters`` newest (``max_loras`` is small)."""
-        old = {name for v, name in self.state.history if v <= version - self.keep_adapters}
-        for name in sorted((old & ids) - {self.state.base_model_name}):
+    def stale(self, ids: set[str], event: WeightUpdate, *, foreign_only: bool = False) -> list[str]:
+        """The adapters among ``ids`` to unload once ``event``'s is loaded: those of the served model from
+        another run than ``event``'s (or of no run: the release before), and (unless ``foreign_only``) this
+        run's older than the ``keep_adapters`` newest (``max_loras`` is small)."""
+        live = parse_adapter_name(event.model_name)
+        if live is None:
+            return []
+        out = []
+        for name in ids - {self.state.served_model_name, event.model_name}:
+            held = parse_adapter_name(name)
+            if held is None or held.served != live.served:
+                continue  # not an adapter of this policy (another model the server serves)
+            if held.run != live.run or (not foreign_only and held.version <= live.version - self.keep_adapters):
+                out.append(name)
+        return sorted(out)
+
+    async def _unload(self, client: InferenceClient, names: list[str]) -> None:
+        for name in names:
             await unload_adapter(client, name)
 
     async def aclose(self) -> None:

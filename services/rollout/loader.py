@@ -1,6 +1,6 @@
 """Loading weights into a policy server: the one place that does it (weights flow one way, docs/architecture.md, "The pipeline").
 
-The trainer only writes ``policy-vN`` and announces it on the ``weights`` stream; the rollout's fleet watch
+The trainer only writes ``policy-vN`` (served as ``<served>-<run>-vN``) and announces it on the ``weights`` stream; the rollout's fleet watch
 (``services.rollout.fleet_watch``) alone brings every server up to the announced version, through
 ``load_update``. Tools that put weights on a server by hand (the stack's evals, the benchmarks, the vLLM
 checks) call the same functions, so there is one way in and a test (``tests/unit/test_weights_owner.py``)

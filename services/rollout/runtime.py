@@ -57,10 +57,10 @@ async def agent_context(
         if "searcher" in needs
         else None
     )
-    state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
+    state = PolicyState(version=0, model_name=settings.served_model_name, served_model_name=settings.served_model_name)
     sampling = Sampling.greedy() if greedy else Sampling(settings.temperature, settings.top_p, settings.top_k)
     frozen = FrozenGenerator(
-        llm, settings.frozen_model_name or settings.model_name, Sampling(settings.frozen_temperature, 1.0)
+        llm, settings.frozen_model_name or settings.served_model_name, Sampling(settings.frozen_temperature, 1.0)
     )
     tok = tok or load_tokenizer(settings.tokenizer, settings.system_prompt)
     ctx = AgentContext(

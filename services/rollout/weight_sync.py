@@ -97,7 +97,7 @@ class WeightSync:
 async def run_alone(settings: RolloutSettings) -> None:
     """``sync-weights``: the weight sync without episodes, until SIGTERM or SIGINT."""
     client = redis.Redis.from_url(settings.redis_url)
-    state = PolicyState(version=0, model_name=settings.model_name, base_model_name=settings.model_name)
+    state = PolicyState(version=0, model_name=settings.served_model_name, served_model_name=settings.served_model_name)
     sync = WeightSync(settings, state, client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,7 +2,7 @@
 
 On start it reads ``policy:version``; then it tails the ``weights`` stream (plain ``XREAD`` from the
 newest entry: every rollout process must see every event, so no consumer group). A LoRA event switches
-requests to the adapter's model name (``policy-v{N}``); a full reload keeps the base name and only bumps
+requests to the adapter's model name (``<served>-<run>-v{N}``); a full reload keeps the base name and only bumps
 the version. After each read it also looks at the trainer's admission mark (how many groups it has taken)
 and hands it on once this process serves the mark's version: that is what opens the admission gate.
 """

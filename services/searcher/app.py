@@ -39,7 +39,7 @@ def build_app(settings: SearcherSettings, *, tok=None) -> FastAPI:
         )
         retriever = AsyncRetrieverClient(settings.retriever_url, timeout_s=settings.http_timeout_s, policy=retry)
         tokenizer = tok or (CharTokenizer() if settings.tokenizer == "char" else HFTokenizer(settings.tokenizer))
-        frozen = FrozenGenerator(llm, settings.model_name, Sampling(settings.temperature, 1.0))
+        frozen = FrozenGenerator(llm, settings.served_model_name, Sampling(settings.temperature, 1.0))
         app.state.ctx = AgentContext(
             tok=tokenizer,
             policy=frozen,
@@ -55,7 +55,10 @@ def build_app(settings: SearcherSettings, *, tok=None) -> FastAPI:
             await retriever.aclose()
 
     app, registry = create_app(
-        "searcher", lifespan=lifespan, description=__doc__ or "", health_checks={"model": lambda: settings.model_name}
+        "searcher",
+        lifespan=lifespan,
+        description=__doc__ or "",
+        health_checks={"model": lambda: settings.served_model_name},
     )
     requests = Counter("coda_searcher_requests_total", "Search requests by outcome", ["outcome"], registry=registry)
     searches = Histogram(

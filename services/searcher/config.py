@@ -13,12 +13,16 @@ from shared.settings import ServiceSettings, service_config
 class SearcherSettings(ServiceSettings):
     model_config = service_config("CODA_SEARCHER_")
     toml_section: ClassVar[str] = "searcher"
-    shared_keys: ClassVar[dict[str, str]] = {"model": "tokenizer", "served_model_name": "model_name"}
+    shared_keys: ClassVar[dict[str, str]] = {"model": "tokenizer", "served_model_name": "served_model_name"}
+    # model_name (CODA_SEARCHER_MODEL_NAME, --model-name): the old spelling, warned; it goes in the next release.
+    moved_keys: ClassVar[dict[str, str]] = {"model_name": "served_model_name"}
 
     host: str = Field("127.0.0.1", description="Bind address")
     port: int = Field(8001, ge=1, le=65535, description="HTTP port")
     inference_url: str = Field("http://127.0.0.1:8002", description="Inference server (vLLM API)")
-    model_name: str = Field("policy", description="Served name of the frozen searcher model (never a policy-vN)")
+    served_model_name: str = Field(
+        "policy", description="Served name of the frozen searcher model (never a LoRA version's adapter)"
+    )
     tokenizer: str = Field("", description="Tokenizer directory of that model ('char': the test tokenizer)")
     retriever_url: str = Field("http://127.0.0.1:8000", description="Retriever (Search-R1 /retrieve API)")
     max_turns: int = Field(3, ge=1, description="Search turns when a request sends no max_turns")

@@ -5,7 +5,8 @@ The settings of one part are a nested table of their own, a model the part reads
 (``services.trainer.rl.red.REDConfig``), ``[trainer.sync]`` (``SyncCheck``) and ``[trainer.wandb]``
 (``WandbSettings``); env ``CODA_TRAINER_LORA__RANK``, flag ``--lora JSON``. Their flat spellings of the release
 before (``[trainer] lora_rank``, ``CODA_TRAINER_LORA_RANK``, ``--lora-rank``) still set them, with a warning
-naming the new key (``MOVED``); they go in the next release.
+naming the new key (``MOVED``); so does ``served_model`` (``CODA_TRAINER_SERVED_MODEL``), now
+``served_model_name`` as everywhere else. They go in the next release.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ MOVED = {
     **{f"red_{k}": f"red.{k}" for k in REDConfig.model_fields},
     **{f"sync_{k}": f"sync.{k}" for k in SyncCheck.model_fields},
     **{f"wandb_{k}": f"wandb.{k}" for k in WandbSettings.model_fields},
+    "served_model": "served_model_name",  # the contract's name, as every service spells it now
 }
 
 
@@ -104,8 +106,7 @@ class TrainerSettings(ServiceSettings):
 
     model_config = service_config("CODA_TRAINER_")
     toml_section: ClassVar[str] = "trainer"
-    # served_model: the trainer's name of the contract's served_model_name, from before there was one.
-    contract_fields: ClassVar[dict[str, str]] = contract_names(served_model_name="served_model")
+    contract_fields: ClassVar[dict[str, str]] = contract_names()
     shared_keys: ClassVar[dict[str, str]] = {"model": "model", "redis_url": "redis_url", **contract_fields}
     moved_keys: ClassVar[dict[str, str]] = MOVED
 
@@ -216,7 +217,7 @@ class TrainerSettings(ServiceSettings):
         description="Inference server of the sync check (the trainer loads no weights into servers: the rollout "
         "loads every published version into every server)",
     )
-    served_model: str = contract_field("served_model_name")
+    served_model_name: str = contract_field("served_model_name")
     sync: SyncCheck = Field(default_factory=SyncCheck, description="The sync check ([trainer.sync])")
     publish_every: int = Field(1, ge=1, description="Publish weights every k optimizer steps")
     weights_dir: str = Field("runs/weights", description="Where published weights are written")

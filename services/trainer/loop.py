@@ -129,7 +129,7 @@ class Trainer:
             s.weights_stream,
             s.version_key,
             s.keep_weights,
-            s.served_model,
+            s.served_model_name,
             admission_key=s.admission_key,
         )
         self.state, self.red = checkpoint.TrainState(), REDState()

@@ -1,9 +1,14 @@
 """Weight publishing: write the policy's weights atomically and announce them; nothing else.
 
-LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}``; full: the model is written as safetensors to
-``<weights_dir>/v{N}``. Then ``policy:version`` is set to N and a ``WeightUpdate`` (where the folder is, under
-which model name it is to be served) goes on the ``weights`` stream, together with the admission mark
-(``shared.staleness``) that lets the rollout start the next groups, in one transaction.
+LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}`` and served as ``<served>-<run>-v{N}``
+(``shared.protocol.adapter_name``); full: the model is written as safetensors to ``<weights_dir>/v{N}``. Then
+``policy:version`` is set to N and a ``WeightUpdate`` (where the folder is, under which model name it is to be
+served) goes on the ``weights`` stream, together with the admission mark (``shared.staleness``) that lets the
+rollout start the next groups, in one transaction.
+
+The run id is kept in Redis beside the version counter (``<version key>:run``): the first publish of a run
+creates it, a restarted trainer reads it back (its versions keep their names), and a wiped Redis (a new run,
+whose counter starts again) gets a new one, so its ``v3`` is a name no server holds for older weights.
 
 Weights flow one way (docs/architecture.md, "The pipeline"): the trainer never loads them into a server. The rollout's fleet watch
 reads the announcement and loads the folder into every policy server (``services.rollout.loader``), this
@@ -29,7 +34,7 @@ import torch
 
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
-from shared.protocol import WeightUpdate
+from shared.protocol import WeightUpdate, adapter_name, new_run_id
 from shared.staleness import AdmissionMarks
 from shared.stream import encode
 
@@ -38,8 +43,9 @@ log = get_logger(__name__)
 _VERSIONED = re.compile(r"^(?:policy-)?v(\d+)$")
 
 
-def model_name(version: int) -> str:
-    return f"policy-v{version}"
+def folder_name(version: int, kind: str) -> str:
+    """The folder version ``version`` is written to under ``weights_dir``."""
+    return f"policy-v{version}" if kind == "lora" else f"v{version}"
 
 
 def _full_state_dict(engine) -> dict[str, torch.Tensor] | None:
@@ -55,7 +61,7 @@ def write_weights(engine, root: Path, version: int, kind: str) -> Path | None:
     state = None if kind == "lora" else _full_state_dict(engine)
     if torch.distributed.get_rank() != 0:
         return None
-    name = model_name(version) if kind == "lora" else f"v{version}"
+    name = folder_name(version, kind)
     final, tmp = root / name, root / f"{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -85,7 +91,7 @@ class Publisher:
         weights_stream: str,
         version_key: str,
         keep: int,
-        served_model: str = DEFAULT_CONTRACT.served_model_name,
+        served_model_name: str = DEFAULT_CONTRACT.served_model_name,
         admission_key: str = DEFAULT_CONTRACT.admission_key,
     ) -> None:
         self.engine = engine
@@ -94,9 +100,11 @@ class Publisher:
         self.redis = redis
         self.version_key = version_key
         self.reserved_key = f"{version_key}:reserved"
+        self.run_key = f"{version_key}:run"
+        self._run_id: str | None = None
         self.marks = AdmissionMarks(redis, admission_key) if redis is not None else None
         self.keep = keep
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.weights_stream = weights_stream
 
     def live_version(self) -> int | None:
@@ -112,6 +120,26 @@ class Publisher:
             return None
         seen = [int(raw) for raw in self.redis.mget(self.version_key, self.reserved_key) if raw is not None]
         return max(seen, default=None)
+
+    @property
+    def run_id(self) -> str:
+        """This run's id (module docstring): Redis's, else a new one written there (one per Publisher without
+        Redis)."""
+        if self._run_id is None:
+            fresh = new_run_id()
+            if self.redis is not None:
+                self.redis.set(self.run_key, fresh, nx=True)
+                raw = self.redis.get(self.run_key)
+                fresh = raw.decode() if isinstance(raw, bytes) else (raw or fresh)
+            self._run_id = fresh
+            log.info("run id", extra={"run_id": self._run_id})
+        return self._run_id
+
+    def model_name(self, version: int) -> str:
+        """The name version ``version`` is served under: its adapter's (LoRA) or the served model's (full)."""
+        if self.kind == "lora":
+            return adapter_name(self.served_model_name, self.run_id, version)
+        return self.served_model_name
 
     def mark(self, version: int, consumed: int) -> None:
         """Tell the rollout how many groups the trainer has taken (a step that published nothing)."""
@@ -138,7 +166,7 @@ class Publisher:
         event = WeightUpdate(
             version=version,
             kind=self.kind,
-            model_name=model_name(version) if self.kind == "lora" else self.served_model,
+            model_name=self.model_name(version),
             path=str(path.resolve()),
             step=step,
             created_at=time.time(),
@@ -148,6 +176,7 @@ class Publisher:
             # One transaction: a crash can never leave the version key and the event stream disagreeing.
             pipe = self.redis.pipeline(transaction=True)
             pipe.set(self.version_key, version)
+            pipe.set(self.run_key, self.run_id)  # again after a wipe while this trainer ran: the names stay its
             pipe.xadd(self.weights_stream, encode(event), maxlen=10_000, approximate=True)
             if consumed is not None:
                 self.marks.write(version, consumed, pipe=pipe)

@@ -22,7 +22,13 @@ from shared.protocol.retrieval import (
 )
 from shared.protocol.search import SearchRequest, SearchResponse
 from shared.protocol.trajectory import Role, Sample, TrajectoryGroup
-from shared.protocol.weights import AdmissionMark, WeightUpdate
+from shared.protocol.weights import (
+    AdmissionMark,
+    WeightUpdate,
+    adapter_name,
+    new_run_id,
+    parse_adapter_name,
+)
 
 __all__ = [
     "AdmissionMark",
@@ -43,4 +49,7 @@ __all__ = [
     "TrajectoryGroup",
     "UnloadLoRAAdapterRequest",
     "WeightUpdate",
+    "adapter_name",
+    "new_run_id",
+    "parse_adapter_name",
 ]

@@ -81,8 +81,8 @@ def test_the_services_fields_are_the_contracts_own(cls):
 
 def test_env_vars_keep_their_service_names(monkeypatch):
     monkeypatch.setenv("CODA_TRAINER_GROUPS_PER_STEP", "7")
-    monkeypatch.setenv("CODA_ROLLOUT_MODEL_NAME", "other")
-    monkeypatch.setenv("CODA_TRAINER_SERVED_MODEL", "other")
+    monkeypatch.setenv("CODA_ROLLOUT_SERVED_MODEL_NAME", "other")
+    monkeypatch.setenv("CODA_TRAINER_SERVED_MODEL", "other")  # the old name: still read, with a warning
     assert TrainerSettings.load().contract().groups_per_step == 7
     assert RolloutSettings.load().contract().groups_per_step == 4
     assert disagreements(None) == {

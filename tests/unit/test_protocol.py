@@ -164,3 +164,34 @@ def test_a_long_prompt_with_bad_items_is_refused_at_the_first_one(prompt):
     with pytest.raises(ValidationError) as err:
         protocol.CompletionRequest(prompt=prompt)
     assert err.value.error_count() <= 8  # at most a couple per form the prompt may take, not one per item
+
+
+def test_adapter_names_carry_the_served_name_the_run_and_the_version():
+    run = protocol.new_run_id()
+    assert len(run) == 8 and run != protocol.new_run_id()
+    for served in ("policy", "Qwen/Qwen3-0.6B", "my-model-v2"):
+        name = protocol.adapter_name(served, run, 12)
+        assert name == f"{served}-{run}-v12"
+        assert protocol.parse_adapter_name(name) == (served, run, 12)
+    assert protocol.parse_adapter_name("policy-v7") == ("policy", "", 7)  # the release before: no run
+    assert protocol.parse_adapter_name("policy") is None and protocol.parse_adapter_name("searcher") is None
+    with pytest.raises(ValueError, match="8 hex digits"):
+        protocol.adapter_name("policy", "run-a", 1)
+
+
+def test_the_fleet_watch_unloads_another_runs_adapters_and_its_own_old_ones():
+    from agents.core.llm import PolicyState
+    from services.rollout.fleet import Fleet
+    from services.rollout.fleet_watch import FleetWatch
+
+    state = PolicyState(model_name="policy", served_model_name="policy")
+    watch = FleetWatch(
+        Fleet([], state.live_version), state, redis_client=None, servers_key="", every_s=1, keep_adapters=2
+    )
+    ours, theirs = "0000aaaa", "0000bbbb"
+    ids = {"policy", "searcher", "policy-v3", *(f"policy-{theirs}-v{v}" for v in (3, 9))}
+    ids |= {f"policy-{ours}-v{v}" for v in (1, 2, 3)} | {f"other-{theirs}-v1"}
+    event = make_weight_update(version=4).model_copy(update={"model_name": f"policy-{ours}-v4"})
+    foreign = ["policy-0000bbbb-v3", "policy-0000bbbb-v9", "policy-v3"]
+    assert watch.stale(ids, event, foreign_only=True) == foreign  # another model's adapters are left alone
+    assert watch.stale(ids, event) == sorted([*foreign, f"policy-{ours}-v1", f"policy-{ours}-v2"])

@@ -76,7 +76,7 @@ def test_services_of_one_recipe_agree(path, monkeypatch):
         assert rollout.agent == AGENTS[path.stem]
     if path.stem == "red-coda":
         assert trainer.sft_data, "RED co-training needs demonstrations"
-    assert rollout.model_name == (inference.served_model_name or inference.model)
+    assert rollout.served_model_name == (inference.served_model_name or inference.model)
     if trainer.finetune == "lora":
         assert trainer.lora.rank <= inference.max_lora_rank, "the server would refuse the adapter"
         # The rollout loads every version into every server: the adapters it keeps, and the one it loads.
@@ -100,9 +100,9 @@ def test_recipes_ask_the_compose_servers_for_models_they_serve(monkeypatch):
     for path in RECIPES:
         s = _load_all(path, monkeypatch)
         rollout, trainer = s["rollout"], s["trainer"]
-        assert rollout.model_name == served["policy"]["served-model-name"], path.name
-        assert trainer.served_model == served["policy"]["served-model-name"], path.name
-        assert s["searcher"].model_name in (
+        assert rollout.served_model_name == served["policy"]["served-model-name"], path.name
+        assert trainer.served_model_name == served["policy"]["served-model-name"], path.name
+        assert s["searcher"].served_model_name in (
             served["policy"]["served-model-name"],
             served["searcher-llm"]["served-model-name"],
         ), path.name

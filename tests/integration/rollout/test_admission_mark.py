@@ -38,7 +38,7 @@ def test_consumed_counts_what_the_trainer_was_served(redis_client):
 
 
 async def test_follower_passes_the_mark_on_only_at_its_version(redis_client):
-    state = PolicyState(model_name="policy", base_model_name="policy")
+    state = PolicyState(model_name="policy", served_model_name="policy")
     seen: list[int] = []
 
     async def on_consumed(n: int) -> None:

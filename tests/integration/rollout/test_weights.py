@@ -25,7 +25,7 @@ def event(version: int, kind: str) -> WeightUpdate:
 async def test_follower_applies_lora_and_full_events(redis_client):
     weights = StreamQueue(redis_client, "weights", WeightUpdate)
     weights.publish(event(1, "lora"))
-    state = PolicyState(model_name="policy", base_model_name="policy")
+    state = PolicyState(model_name="policy", served_model_name="policy")
     seen: list[int] = []
 
     async def on_version(v: int) -> None:
@@ -50,6 +50,6 @@ async def test_follower_applies_lora_and_full_events(redis_client):
 
 async def test_version_key_ahead_of_stream(redis_client):
     redis_client.set("policy:version", 5)
-    state = PolicyState(model_name="policy", base_model_name="policy")
+    state = PolicyState(model_name="policy", served_model_name="policy")
     await WeightFollower(redis_client, state).start()
     assert (state.version, state.model_name) == (5, "policy")

@@ -48,7 +48,7 @@ class FakeRetriever:
 def make_ctx(script, *, version: int = 3, budgets: dict | None = None, frozen_script=None):
     tok = CharTokenizer()
     fake = FakeLLM(tok, script)
-    state = PolicyState(version=version, model_name="policy", base_model_name="policy")
+    state = PolicyState(version=version, model_name="policy", served_model_name="policy")
     frozen = None
     if frozen_script is not None:
         frozen = InProcessGenerator(FakeLLM(tok, frozen_script), state, frozen_model="frozen")

@@ -48,6 +48,7 @@ DEFAULTS = {
     "token_budget": 1000,
     "stop": [],
 }
+SEARCHER_SERVED = {"thinker-searcher": "searcher"}  # else "policy", the base model of the policy's server
 PARAMS = (SearchR1Params, CoDAParams, ToolAgentParams, RecursiveReasonerParams, SingleTurnParams)
 
 
@@ -69,6 +70,9 @@ def test_recipe_loads(path, clean_env):
     assert rollout.agent in AGENTS and rollout.budgets()["executor"].max_turns >= 1
     assert SearcherSettings.load(recipe=path).max_turns >= 1
     assert _knobs(rollout) == {**DEFAULTS, **BEFORE.get(path.stem, {})}
+    # The served names every recipe set (as [rollout] / [searcher] model_name before the rename).
+    assert rollout.served_model_name == "policy"
+    assert SearcherSettings.load(recipe=path).served_model_name == SEARCHER_SERVED.get(path.stem, "policy")
 
 
 def test_every_agents_params_are_a_table_of_the_rollout_settings():
@@ -108,7 +112,7 @@ def test_the_old_flat_keys_are_gone(tmp_path, clean_env):
         RolloutSettings.load(format_weight=0.3)
     clean_env.setenv("CODA_ROLLOUT_EXECUTOR_MAX_TURNS", "2")  # an unknown variable: not read
     assert RolloutSettings.load().coda.executor_max_turns == CoDAParams().executor_max_turns
-    assert not RolloutSettings.moved_keys
+    assert RolloutSettings.moved_keys == {"model_name": "served_model_name"}  # a renamed key, warned
 
 
 def test_each_place_keeps_its_precedence_in_the_tables(tmp_path, clean_env):
@@ -129,3 +133,29 @@ def test_flags_reach_the_nested_tables(clean_env):
     assert settings.coda.executor_max_turns == 4 and settings.tool_agent.reward_combination == "l2"
     with pytest.raises(SystemExit):
         parser.parse_args(["--executor-max-turns", "4"])
+
+
+@pytest.mark.parametrize("cls", [RolloutSettings, SearcherSettings])
+def test_model_name_is_now_served_model_name_with_a_warning(cls, tmp_path, clean_env, caplog):
+    import logging
+
+    section, prefix = cls.toml_section, cls.model_config["env_prefix"]
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'[shared]\nserved_model_name = "shared"\n[{section}]\nmodel_name = "old"\n')
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "shared.settings" and r.levelno == logging.WARNING]
+
+    assert cls.load(recipe=recipe).served_model_name == "old"  # its own table beats [shared], either spelling
+    assert warned() == [
+        f"recipe {recipe}: [{section}] model_name is now [{section}] served_model_name; the old key goes in the "
+        "next release"
+    ]
+    clean_env.setenv(f"{prefix}MODEL_NAME", "env")
+    assert cls.load(recipe=recipe).served_model_name == "env"
+    assert any(f"the environment: {prefix}MODEL_NAME is now {prefix}SERVED_MODEL_NAME" in w for w in warned())
+    assert cls.load(model_name="flag").served_model_name == "flag"
+    assert any("the command line: --model-name is now --served-model-name" in w for w in warned())
+    recipe.write_text(f'[{section}]\nmodel_name = "old"\nserved_model_name = "new"\n')
+    with pytest.raises(ValueError, match=f"sets \\[{section}\\] model_name and \\[{section}\\] served_model_name"):
+        cls.load(recipe=recipe)

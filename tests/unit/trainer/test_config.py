@@ -69,10 +69,12 @@ def test_recipes_nested_tables_hold_the_recorded_values_without_a_warning(recipe
     assert got == {table: {**values, **recorded.get(table, {})} for table, values in TABLE_DEFAULTS.items()}
     assert _warnings(caplog) == [], "a shipped recipe uses a flat key of the release before"
     assert (s.finetune == "lora") == (recipe.stem in RECIPE_TABLES)
+    assert s.served_model_name == "policy"  # every shipped recipe's ([shared] served_model_name)
 
 
 def test_every_old_flat_key_names_its_table_and_key():
-    assert len(MOVED) == sum(len(v) for v in TABLE_DEFAULTS.values()) == 24
+    assert len(MOVED) == sum(len(v) for v in TABLE_DEFAULTS.values()) + 1 == 25
+    assert MOVED["served_model"] == "served_model_name"  # a renamed key, not a table's
     assert MOVED["lora_rank"] == "lora.rank" and MOVED["is_seq_max"] == "importance.seq_max"
     assert MOVED["red_accuracy_aware"] == "red.accuracy_aware" and MOVED["sync_check"] == "sync.check"
     assert MOVED["wandb_project"] == "wandb.project"
@@ -181,3 +183,23 @@ def test_server_check_s_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ValidationError, match="server_check_s was removed: the trainer no longer loads weights"):
         TrainerSettings.load(recipe=recipe)
     assert TrainerSettings().sync.wait_s == 60.0
+
+
+def test_served_model_is_now_served_model_name_with_a_warning(tmp_path, clean_env, caplog):
+    recipe = tmp_path / "r.toml"
+    # The old key in [trainer] still beats [shared]'s new one, as the new key in [trainer] would.
+    recipe.write_text('[shared]\nserved_model_name = "shared"\n[trainer]\nserved_model = "old"\n')
+    assert TrainerSettings.load(recipe=recipe).served_model_name == "old"
+    assert _warnings(caplog) == [
+        f"recipe {recipe}: [trainer] served_model is now [trainer] served_model_name; the old key goes in the next "
+        "release"
+    ]
+    caplog.clear()
+    clean_env.setenv("CODA_TRAINER_SERVED_MODEL", "env")
+    assert TrainerSettings.load(recipe=recipe).served_model_name == "env"
+    assert any("CODA_TRAINER_SERVED_MODEL is now CODA_TRAINER_SERVED_MODEL_NAME" in w for w in _warnings(caplog))
+    assert TrainerSettings.load(recipe=recipe, served_model="flag").served_model_name == "flag"
+    assert any("--served-model is now --served-model-name" in w for w in _warnings(caplog))
+    with pytest.raises(ValueError, match="sets CODA_TRAINER_SERVED_MODEL and CODA_TRAINER_SERVED_MODEL_NAME"):
+        clean_env.setenv("CODA_TRAINER_SERVED_MODEL_NAME", "both")
+        TrainerSettings.load()
