@@ -239,6 +239,12 @@ def comparison_lines(base: dict) -> list[str]:
         f"| measure | {base['commit']} | this tree | this tree / {base['commit']} |",
         "|---|---:|---:|---:|",
     ]
+    lines.insert(
+        -2,
+        "Each round's wall seconds: "
+        + "; ".join(f"{side} " + ", ".join(f"{r['wall_s']:.1f}" for r in base[side]) for side in ("baseline", "head"))
+        + ".\n",
+    )
     for label, key in rows:
         b, h = med("baseline", key), med("head", key)
         ratio = f"{h / b:.2f}" if b and h else "–"
@@ -329,9 +335,9 @@ def main() -> None:
             model = model or tiny_model(Path(tmp))
             vocab = json.loads((model / "config.json").read_text())["vocab_size"]
             res = serve_and_drive(model, Path(tmp), args, vocab)
-            result["server_peak_rss_mb"] = res.pop("server_peak_rss_mb")
             if args.baseline:
                 result["baseline"] = compare(model, Path(tmp), args, vocab, res)
+            result["server_peak_rss_mb"] = res.pop("server_peak_rss_mb")
             result["model"] = str(model)
             if "server" in res:
                 res["server"]["dense_params"] = dense_params(model)
