@@ -355,7 +355,7 @@ def measure(work: Path, timeout_s: float = 120.0) -> Measurement:
 
 
 def run(stack: contextlib.ExitStack, work: Path, tracer: Tracer, timeout_s: float) -> None:
-    from agents.core.tokenizer import load_tokenizer
+    from agents.prompts import load_tokenizer
     from services.inference.app import create_inference_app
     from services.inference.config import InferenceSettings
     from services.retriever.app import build_app as retriever_app

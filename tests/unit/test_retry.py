@@ -80,7 +80,7 @@ def test_the_rule(exc, label, transient, resend):
 # The places that once each decided on their own (and disagreed on 500); each now asks shared.retry.
 CALLERS = [
     "shared/inference_client.py",
-    "services/rollout/outage.py",
+    "services/rollout/admission.py",
     "services/trainer/outage.py",
     "services/rollout/producer.py",
 ]
