@@ -46,10 +46,9 @@ def make_batch(rng: random.Random, vocab: int, n: int):
 
 
 def bench_packing(model_dir: Path, samples: int, budget: int, repeats: int) -> dict:
-    from services.trainer.batch_loss import Objective
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
-    from services.trainer.step import StepInput, layout, train_step
+    from services.trainer.step import Objective, StepInput, layout, train_step
 
     settings = TrainerSettings(model=str(model_dir), lr=1e-5, micro_batch_tokens=budget)
     eng = build_engine(settings, init_distributed())

@@ -1,7 +1,7 @@
 """The rollout's admission of new groups: one starts only while the staleness rule allows it (``Admission``)
 and while its dependencies answer (``DependencyGate``).
 
-The rule and the trainer's mark that feeds it are defined in ``shared.staleness`` (the one explanation and
+The rule and the trainer's mark that feeds it are defined in ``shared.stream`` (the one explanation and
 formula); this module only counts what the rule needs (``accepted``: published groups, ``running``: groups
 started and not finished) and makes episodes wait for a free slot. ``Admission`` is one process's gate;
 ``RedisAdmission`` is the same gate shared by several rollout processes.
@@ -27,7 +27,7 @@ import httpx
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.retry import Failure
-from shared.staleness import admission_capacity, admission_limit
+from shared.stream import admission_capacity, admission_limit
 
 log = get_logger(__name__)
 

@@ -35,8 +35,7 @@ from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
 from shared.protocol.trajectory import has_signal
 from shared.retry import Failure, classify
-from shared.staleness import group_staleness
-from shared.stream import StreamQueue
+from shared.stream import StreamQueue, group_staleness
 
 log = get_logger(__name__)
 

@@ -3,7 +3,7 @@
 LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}``; full: the model is written as safetensors to
 ``<weights_dir>/v{N}``. Then ``policy:version`` is set to N and a ``WeightUpdate`` (where the folder is, under
 which model name it is to be served) goes on the ``weights`` stream, together with the admission mark
-(``shared.staleness``) that lets the rollout start the next groups, in one transaction.
+(``shared.stream``) that lets the rollout start the next groups, in one transaction.
 
 Weights flow one way (docs/architecture.md, "The pipeline"): the trainer never loads them into a server. The rollout's fleet watch
 reads the announcement and loads the folder into every policy server (``services.rollout.loader``), this
@@ -30,8 +30,7 @@ import torch
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
-from shared.staleness import AdmissionMarks
-from shared.stream import encode
+from shared.stream import AdmissionMarks, encode
 
 log = get_logger(__name__)
 
