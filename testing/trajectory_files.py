@@ -1,7 +1,7 @@
 """How many project files one trajectory passes from the rollout to the trainer: measured by running one.
 
     python -m testing.trajectory_files                # the count, then the files by stage
-    python -m testing.trajectory_files --max 35       # exit 1 when more than 35 files are on the path
+    python -m testing.trajectory_files --max 25       # exit 1 when more than 25 files are on the path
     python -m testing.trajectory_files --json out.json
 
 What runs, in this one process (the tiny-cpu recipe, ``make train``'s, cut to one group per step): a real

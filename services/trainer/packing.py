@@ -68,8 +68,8 @@ class MicroBatch:
     target_mask: torch.Tensor  # float: 1 where targets[i] is a trained token
     seq: torch.Tensor  # which TrainSeq.index each position belongs to
     fields: dict[str, torch.Tensor]
-    # Where positions are shared by several samples (``prefix_tree.pack_shared``): the loss's entries, each a
-    # (sample, trained position) with its own values; ``prefix_tree.loss_view`` reads them. None: one per position.
+    # Where positions are shared by several samples (``pack_shared``, below): the loss's entries, each a
+    # (sample, trained position) with its own values; ``loss_view`` reads them. None: one per position.
     slots: Slots | None = None
 
     @property
