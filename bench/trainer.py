@@ -84,7 +84,7 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
     from services.trainer.publish import Publisher
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from tests.integration.trainer.harness import start_server
 
     def publish_and_load(pub: Publisher, version: int) -> float:
@@ -120,7 +120,7 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
     with the sync check after every publish."""
     import json
 
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from shared.protocol import TrajectoryGroup
     from shared.redis_server import RedisServer, free_port
     from shared.stream import StreamQueue

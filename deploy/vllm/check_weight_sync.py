@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from services.rollout.loader import load_into, unload_from  # noqa: E402 (the one way weights get in)
-from shared.inference_client import SyncInferenceClient  # noqa: E402
+from shared.inference_sync import SyncInferenceClient  # noqa: E402
 
 ADAPTER_NAME = "sync-check"
 

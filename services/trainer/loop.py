@@ -94,7 +94,7 @@ class Trainer:
         if self.rank0:
             import redis
 
-            from shared.inference_client import SyncInferenceClient
+            from shared.inference_sync import SyncInferenceClient
             from shared.retry import RetryPolicy
 
             # redis-py's 5 s socket timeout, on top of a blocking read's own wait (else every long read times out).

@@ -20,7 +20,8 @@ from agents.core.llm import PolicyState
 from services.inference.config import InferenceSettings
 from services.rollout.fleet import Fleet
 from services.rollout.fleet_watch import FleetWatch
-from shared.inference_client import InferenceClient, InferenceError, SyncInferenceClient
+from shared.inference_client import InferenceClient, InferenceError
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import WeightUpdate
 from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread

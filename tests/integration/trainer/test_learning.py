@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from shared.inference_client import SyncInferenceClient
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import Sample, TrajectoryGroup
 from shared.stream import AdmissionMarks, StreamQueue
 from tests.integration.trainer import harness as h
