@@ -57,7 +57,8 @@ def test_weight_sync_through_the_worker_extension(vllm_url, tiny_model, perturbe
     run = subprocess.run(
         [
             sys.executable,
-            "deploy/vllm/check_weight_sync.py",
+            "-m",
+            "deploy.vllm.check_weight_sync",
             "--url",
             vllm_url,
             "--model",
