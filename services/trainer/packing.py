@@ -209,26 +209,6 @@ def _padded(seqs: list[TrainSeq], field_names: list[str]) -> MicroBatch:
     return _batch([[s] for s in seqs], length, field_names, packed=False)
 
 
-def unpack(values: torch.Tensor, batch: MicroBatch, out: dict[int, list[float]]) -> None:
-    """Scatter per-position ``values`` back to per-sequence lists aligned with the tokens.
-
-    ``out[index][t]`` is the value for token ``t`` (token 0 has none: it stays 0.0).
-    """
-    flat_seq = batch.seq.reshape(-1).tolist()
-    flat_val = values.detach().reshape(-1).tolist()
-    flat_pos = batch.position_ids.reshape(-1).tolist()
-    seen: set[int] = set()
-    for s, v, p in zip(flat_seq, flat_val, flat_pos, strict=True):
-        if s < 0:
-            continue
-        seen.add(s)
-        row = out.setdefault(s, [0.0])
-        if len(row) == p + 1:
-            row.append(v)
-    for s in seen:
-        del out[s][-1:]  # the last position of a sequence predicts nothing
-
-
 def empty_batch(field_names: list[str]) -> MicroBatch:
     """A one-token batch with nothing to train: keeps ranks in step when one has fewer micro-batches."""
     return _batch(
@@ -360,7 +340,7 @@ def pack_shared(seqs: list[TrainSeq], token_budget: int, min_prefix: int = 8) ->
     """Packed micro-batches in which samples of one prompt share everything they have in common (see above).
 
     Values at a batch's positions are only meaningful where ``target_mask`` is 1 and are the first sample's
-    there; the loss reads ``loss_view``. ``unpack`` (all positions of every sequence) needs ``pack``.
+    there; the loss reads ``loss_view``. ``logprobs.unpack`` (all positions of every sequence) needs ``pack``.
     """
     if not seqs:
         return []
