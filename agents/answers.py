@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
-from agents.core.context import RewardResult
+from agents.core.episode import RewardResult
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.core.context import AgentContext, Episode, RewardResult
+from agents.core.episode import AgentContext, Episode, RewardResult
 from agents.datasets import PromptRecord
 
 if TYPE_CHECKING:

@@ -54,9 +54,8 @@ from pydantic import Field
 
 from agents.answers import normalize_answer
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.core.context import AgentContext, Episode, RewardResult, SearchTrace, search_documents
 from agents.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble
-from agents.core.trajectory import TokenTrajectory
+from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory, search_documents
 from agents.core.turns import Action, Observation, RoleSpec, run_turns
 from agents.datasets import PromptRecord
 from agents.plans import HopPlan, plan_for_record

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from agents.answers import extract_answer
 from agents.base import Agent
-from agents.core.context import AgentContext, Episode, SearchTrace
 from agents.core.demonstrations import Demo, DemoFormat, Question, Writer, Written, assemble
+from agents.core.episode import AgentContext, Episode, SearchTrace
 from agents.datasets import PromptRecord
 from agents.prompts import rag_messages
 from agents.single_turn import SingleTurnParams, complete_once

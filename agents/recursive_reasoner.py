@@ -19,9 +19,8 @@ from pydantic import Field
 
 from agents.answers import numeric_match, parse_number
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.core.context import AgentContext, Episode, RewardResult
+from agents.core.episode import AgentContext, Episode, RewardResult, TokenTrajectory
 from agents.core.llm import Generator
-from agents.core.trajectory import TokenTrajectory
 from agents.datasets import PromptRecord
 from agents.prompts import decomposer_prompt, worker_combine_prompt, worker_direct_prompt, worker_solve_prompt
 from agents.rewards.formulas import recursive_reasoner_reward

@@ -21,13 +21,11 @@ from pydantic import Field
 
 from agents.answers import AnswerMetric, answer_reward, sub_exact_match
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.core.context import AgentContext, Episode, RewardResult, SearchTrace, search_documents
 from agents.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble, supported
-from agents.core.tokenizer import INLINE
-from agents.core.trajectory import TokenTrajectory
+from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory, search_documents
 from agents.core.turns import Action, Observation, RoleSpec, is_valid_sequence, run_turns
 from agents.datasets import PromptRecord
-from agents.prompts import INVALID_SEARCH_ACTION, NO_RESULTS, search_agent_messages
+from agents.prompts import INLINE, INVALID_SEARCH_ACTION, NO_RESULTS, search_agent_messages
 
 
 class SearchR1Params(AgentParams):

@@ -15,9 +15,8 @@ from pydantic import Field
 
 from agents.answers import answer_reward
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.core.context import AgentContext, Episode, RewardResult
+from agents.core.episode import AgentContext, Episode, RewardResult, TokenTrajectory
 from agents.core.llm import whole_tokens
-from agents.core.trajectory import TokenTrajectory
 from agents.datasets import PromptRecord
 from agents.prompts import Messages
 

@@ -18,8 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.core.context import AgentContext, Episode, RewardResult, SearchTrace
-from agents.core.trajectory import TokenTrajectory
+from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory
 from agents.core.turns import Action, Observation, RoleSpec, run_turns
 from agents.datasets import PromptRecord, gold_doc_ids
 from agents.prompts import tool_agent_messages

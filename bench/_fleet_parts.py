@@ -14,12 +14,11 @@ from pathlib import Path
 
 import psutil
 
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
-from services.rollout.fleet import Fleet
-from services.rollout.fleet_runner import FleetRunner
+from services.rollout.fleet import Fleet, FleetRunner
 from services.rollout.fleet_watch import FleetWatch
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 DATASETS = {"hotpotqa": "bundled:hotpotqa-dev", "2wiki": "bundled:2wiki-dev"}
 # An arm's recipe kind -> configs/<stem>.toml, ``{}`` being the dataset's name.
 RECIPES = {"flat": "smol-{}", "coda": "smol-coda-{}", "thinker": "smol-thinker-{}"}
+SEARCHER_ADAPTER = "searcher"  # the name thinker-searcher's frozen searcher adapter is served under
 TITLES = {"hotpotqa": "HotpotQA (distractor dev, hard)", "2wiki": "2WikiMultihopQA (dev)"}
 
 

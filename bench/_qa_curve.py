@@ -11,9 +11,19 @@ file order whose gold answer is not yes/no and not named in the question: ``agen
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench._qa_arms import ARMS, DATASETS, SEARCHER_ADAPTER
+from bench._qa_runs import say
+from launcher import Supervisor, read_eval
+
+if TYPE_CHECKING:
+    from bench.qa import Bench
 
 _VERSION = re.compile(r"policy-v(\d+)")
 
@@ -101,3 +111,50 @@ def write_curves(curves: dict[str, list[dict]], png: Path, raw: Path, note: str)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def evaluate_curve(bench: Bench, dataset: str, method: str, seed: int) -> None:
+    """Evaluate the run's kept adapters that have no score yet (``--curve``), each alone on the machine in
+    a fresh inference server, on the first ``--curve-limit`` open-answer held-out questions; the doc is
+    saved after every point, so an interrupted curve keeps what it measured."""
+    rec = bench.doc["runs"].get(f"{dataset}/{method}/{seed}")
+    todo = [p for p in (rec or {}).get("snapshots", []) if "f1" not in p]
+    if not todo:
+        return
+    run = bench.root / dataset / f"{method}-seed{seed}"
+    searcher = run / "searcher-adapter" if method == "thinker-searcher" else None
+    stack = bench.stack(dataset, method, run)
+    with Supervisor(run / "logs-curve") as sup:
+        stack.prepare(sup)
+        bench.start_servers(stack, sup, searcher)
+        for point in todo:
+            name = f"curve-{point['path']}"
+            stack.restart_inference(sup, threads=os.cpu_count() or 1)
+            stack.load_adapter(name, run / "curve" / point["path"])
+            if searcher is not None:
+                stack.load_adapter(SEARCHER_ADAPTER, searcher)
+            out = stack.layout.evals / name
+            args = ["services.rollout", "eval", "--dataset", DATASETS[dataset], "--split", "eval"]
+            args += ["--eval-output", str(out), "--eval-policy", "base", "--eval-kind", "open"]
+            args += ["--eval-limit", str(bench.a.curve_limit)]
+            started = time.time()
+            stack.job(sup, "eval", args, **ARMS[method].env, CODA_ROLLOUT_SERVED_MODEL_NAME=name)
+            result = read_eval(out)
+            rows = json.loads(result.path.read_text())["rows"]
+            point.update(
+                f1=round(sum(r["f1"] for r in rows) / len(rows), 4),
+                em=round(sum(r["em"] for r in rows) / len(rows), 4),
+                n=len(rows),
+                eval_s=round(time.time() - started, 1),
+                rows=[{"id": r["prompt_id"], "f1": r["f1"]} for r in rows],
+            )
+            say(f"{dataset}/{method}/{seed} at {point['train_s'] / 60:.1f} min: open F1 {point['f1']:.3f}")
+            bench.save()
+
+
+def save_curves(doc: dict, stem: Path, name: str, curve_limit: int) -> None:
+    """Write the curves of ``doc`` (bench run ``name``) beside those already at ``stem`` (``.png``, ``.json``)."""
+    raw = stem.with_suffix(".json")
+    merged = json.loads(raw.read_text())["runs"] if raw.is_file() else {}
+    merged.update({f"{name}:{k}": v for k, v in curve_points(doc).items()})
+    write_curves(merged, stem.with_suffix(".png"), raw, open_subset_note(curve_limit))

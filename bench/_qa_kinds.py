@@ -7,8 +7,9 @@ what ``agents.question_kinds.guess`` scores on the same questions. The kind is `
 redefined here: a row's own ``kind`` (the eval records it since the kinds existed), else the rule applied to the
 bundled question and golds the row's id names (rows carry neither the question nor its golds).
 
-The functions that score arms borrow the report's statistics (``bench._qa_report``) at call time: the report imports
-this module at its top, so importing it back at ours would find it half made.
+The functions that score arms use the report's statistics (``bench._qa_stats``) and borrow a few of the report's
+own helpers (``bench._qa_report``) at call time: the report imports this module at its top, so importing it back
+at ours would find it half made.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from functools import cache
 
 from bench._qa_arms import DATASETS, METHODS
+from bench._qa_stats import _common, _fmt_ci, _runs, bootstrap_ci, paired_ci, per_question
 
 OPEN, CHOICE = "open", "choice"
 
@@ -80,7 +82,6 @@ TARGET_COMPOSITIONAL = {"2wiki": 0.10}
 
 def kind_ci(runs: list[dict], kind_of: dict[str, str], kind: str) -> tuple[float, float, float]:
     """F1 over the questions of one kind (each question's F1 averaged over the seeds) and its interval."""
-    from bench._qa_report import bootstrap_ci, per_question
 
     f1 = per_question(runs, "f1")
     return bootstrap_ci([f1[q] for q in of_kind(kind_of, f1, kind)])
@@ -97,7 +98,6 @@ def counts(ids, kind_of: dict[str, str]) -> str:
 def choice_baseline(doc: dict, dataset: str) -> tuple[tuple[float, float, float], list[str]] | None:
     """The reading-free baseline's choice F1 [95% CI] on the choice questions the arms were evaluated on, and
     those questions; None when none of them can be looked up."""
-    from bench._qa_report import _common, bootstrap_ci
 
     runs = _common(doc, dataset)
     if not runs:
@@ -110,7 +110,6 @@ def choice_baseline(doc: dict, dataset: str) -> tuple[tuple[float, float, float]
 
 def baseline_row(ci: tuple[float, float, float], ids: list[str]) -> str:
     """The baseline's row in the main table: no runs, no open questions, nothing trained."""
-    from bench._qa_report import _fmt_ci
 
     return (
         f"| reading-free choice baseline: `guess(question)` | – | {len(ids)} choice | – | {_fmt_ci(ci)} | "
@@ -121,7 +120,6 @@ def baseline_row(ci: tuple[float, float, float], ids: list[str]) -> str:
 
 def below_baseline(doc: dict, dataset: str, baseline: float) -> list[str]:
     """The line under the main table naming the arms whose choice F1 a reader of nothing beats."""
-    from bench._qa_report import _runs
 
     below = []
     for method in METHODS:
@@ -151,17 +149,7 @@ def type_kind(ids: set[str], kind_of: dict[str, str]) -> str:
 def targets(doc: dict, dataset: str) -> list[str]:
     """The benchmark's bar on open-answer F1 (``RL_OVER_SFT``, ``TARGET_OPEN_F1``, ``RAG_RIVAL``,
     ``TARGET_COMPOSITIONAL``), each line "met", "not met" or "not measured"."""
-    from bench._qa_report import (
-        _common,
-        _current_types,
-        _fmt_ci,
-        _fmt_diff,
-        _row_type,
-        _runs,
-        bootstrap_ci,
-        paired_ci,
-        per_question,
-    )
+    from bench._qa_report import _current_types, _fmt_diff, _row_type
 
     measured = {m: runs for m in METHODS if (runs := _runs(doc, dataset, m))}
     kind_of = kinds(dataset, _common(doc, dataset))

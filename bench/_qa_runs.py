@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from pathlib import Path
 
 from agents.answers import as_gold_list
@@ -62,3 +63,7 @@ def step_stats(log_file: Path) -> dict:
         "reward_first": sum(rewards[:5]) / len(rewards[:5]) if rewards else None,
         "reward_last": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
     }
+
+
+def say(message: str) -> None:
+    print(time.strftime("%H:%M:%S"), message, flush=True)

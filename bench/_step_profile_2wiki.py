@@ -120,10 +120,9 @@ def child(arm: str, steps: int, model: str) -> dict:
     import torch
 
     torch.set_num_threads(2)
-    from services.trainer.batch_loss import Objective
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
-    from services.trainer.step import StepInput, layout, train_step
+    from services.trainer.step import Objective, StepInput, layout, train_step
 
     _, overrides = ARMS[arm]
     settings = TrainerSettings.load(RECIPE, model=model, **overrides)

@@ -57,12 +57,12 @@ import psutil  # noqa: E402
 from agents import get_agent  # noqa: E402
 from bench import _results as results  # noqa: E402
 from bench._peer_trl_parts import tree_rss  # noqa: E402
-from bench._qa_arms import ARMS, DATASETS, METHODS, RECIPES, TRAINED  # noqa: E402
-from bench._qa_curve import Snapshots, curve_points, open_subset_note, write_curves  # noqa: E402
+from bench._qa_arms import ARMS, DATASETS, RECIPES, SEARCHER_ADAPTER, TRAINED  # noqa: E402
+from bench._qa_curve import Snapshots, evaluate_curve, save_curves  # noqa: E402
 from bench._qa_delegations import delegations, expected_results  # noqa: E402
 from bench._qa_report import write_report  # noqa: E402
-from bench._qa_runs import environment, few_shot_prompt, step_stats  # noqa: E402
-from bench._qa_settings import SETTINGS, check_env, coda_reward, commit, matmul_precision  # noqa: E402,F401
+from bench._qa_runs import environment, few_shot_prompt, say, step_stats  # noqa: E402
+from bench._qa_settings import SETTINGS, arguments, check_env, coda_reward, commit, matmul_precision  # noqa: E402,F401
 from launcher import Layout, LocalStack, StackSettings, Supervisor, read_eval, threads_for  # noqa: E402
 from services.rollout.config import RolloutSettings  # noqa: E402,F401  re-exported beside check_env, which loads the arms' recipes with it
 from shared.settings import read_recipe  # noqa: E402
@@ -72,12 +72,6 @@ MANY_STEPS = "100000"  # trained methods stop on wall time, not on a step count
 # Each stack job (make-sft, the eval) may run this long. The recipes' 1800 s is for make train; a CoDA eval of
 # 150 held-out questions (a planner turn per hop, an executor per sub-question) took longer than that here.
 JOB_TIMEOUT_S = 4 * 3600.0
-SEARCHER_ADAPTER = "searcher"  # the name thinker-searcher's frozen searcher adapter is served under
-SEARCHERS = ("coda-sft", "sft", "base")  # --searcher: the arm whose final adapter the searcher is, or base
-
-
-def say(message: str) -> None:
-    print(time.strftime("%H:%M:%S"), message, flush=True)
 
 
 def recipe_of(dataset: str, method: str) -> str:
@@ -327,51 +321,6 @@ class Bench:
             rec.update(self.evaluate(stack, sup, dataset, "live", searcher, **arm.env))
         return rec
 
-    def curve(self, dataset: str, method: str, seed: int) -> None:
-        """Evaluate the run's kept adapters that have no score yet (``--curve``), each alone on the machine in
-        a fresh inference server, on the first ``--curve-limit`` open-answer held-out questions; the doc is
-        saved after every point, so an interrupted curve keeps what it measured."""
-        rec = self.doc["runs"].get(f"{dataset}/{method}/{seed}")
-        todo = [p for p in (rec or {}).get("snapshots", []) if "f1" not in p]
-        if not todo:
-            return
-        run = self.root / dataset / f"{method}-seed{seed}"
-        searcher = run / "searcher-adapter" if method == "thinker-searcher" else None
-        stack = self.stack(dataset, method, run)
-        with Supervisor(run / "logs-curve") as sup:
-            stack.prepare(sup)
-            self.start_servers(stack, sup, searcher)
-            for point in todo:
-                name = f"curve-{point['path']}"
-                stack.restart_inference(sup, threads=os.cpu_count() or 1)
-                stack.load_adapter(name, run / "curve" / point["path"])
-                if searcher is not None:
-                    stack.load_adapter(SEARCHER_ADAPTER, searcher)
-                out = stack.layout.evals / name
-                args = ["services.rollout", "eval", "--dataset", DATASETS[dataset], "--split", "eval"]
-                args += ["--eval-output", str(out), "--eval-policy", "base", "--eval-kind", "open"]
-                args += ["--eval-limit", str(self.a.curve_limit)]
-                started = time.time()
-                stack.job(sup, "eval", args, **ARMS[method].env, CODA_ROLLOUT_SERVED_MODEL_NAME=name)
-                result = read_eval(out)
-                rows = json.loads(result.path.read_text())["rows"]
-                point.update(
-                    f1=round(sum(r["f1"] for r in rows) / len(rows), 4),
-                    em=round(sum(r["em"] for r in rows) / len(rows), 4),
-                    n=len(rows),
-                    eval_s=round(time.time() - started, 1),
-                    rows=[{"id": r["prompt_id"], "f1": r["f1"]} for r in rows],
-                )
-                say(f"{dataset}/{method}/{seed} at {point['train_s'] / 60:.1f} min: open F1 {point['f1']:.3f}")
-                self.save()
-
-    def save_curves(self) -> None:
-        stem = RESULTS / self.a.curve_name
-        raw = stem.with_suffix(".json")
-        merged = json.loads(raw.read_text())["runs"] if raw.is_file() else {}
-        merged.update({f"{self.a.name}:{k}": v for k, v in curve_points(self.doc).items()})
-        write_curves(merged, stem.with_suffix(".png"), raw, open_subset_note(self.a.curve_limit))
-
     # ---------------------------------------------------------------- all
     def run(self) -> None:
         for dataset in self.a.datasets:
@@ -398,8 +347,8 @@ class Bench:
 
     def curve_of(self, dataset: str, method: str, seed: int) -> None:
         if self.a.curve and method in TRAINED:
-            self.curve(dataset, method, seed)
-            self.save_curves()
+            evaluate_curve(self, dataset, method, seed)
+            save_curves(self.doc, RESULTS / self.a.curve_name, self.a.name, self.a.curve_limit)
 
     def save(self) -> None:
         results.write(self.doc, self.a.name, RESULTS)
@@ -407,64 +356,7 @@ class Bench:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--root", default="runs/qa", help="where the runs are written")
-    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="one run of each trained method per seed")
-    p.add_argument("--train-s", type=float, default=600.0, help="training wall time of each trained run")
-    p.add_argument(
-        "--warm-steps",
-        type=int,
-        default=0,
-        help="SFT-only steps before GRPO + RED (inside --train-s; 0: each recipe's warm_start_steps)",
-    )
-    p.add_argument(
-        "--searcher",
-        default=SEARCHERS[0],
-        choices=SEARCHERS,
-        help="thinker-searcher's frozen searcher: the final adapter of this arm's run of the same dataset and seed "
-        "(under --root; run first when both are named), or base: the untrained model",
-    )
-    p.add_argument(
-        "--limit",
-        type=int,
-        default=150,
-        help="evaluate the first N held-out questions (default 150: all 312 take 8-10 min a method here; 0: all)",
-    )
-    p.add_argument("--fresh", action="store_true", help="forget qa.json.xz's runs and measure them again")
-    p.add_argument(
-        "--again",
-        action="store_true",
-        help="measure the runs these --datasets/--methods/--seeds name again, keeping qa.json.xz's others",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting for every service of the runs, as an environment variable over the recipes (e.g. "
-        "CODA_TRAINER_ADVANTAGE=dr_grpo); recorded with each run; use with --name to keep qa.json.xz's arms apart",
-    )
-    p.add_argument(
-        "--snapshot-every-s",
-        type=float,
-        default=300.0,
-        help="keep a trained arm's adapter every this many seconds of training (and at the end of its warm start "
-        "and of its training) for --curve; 0: only those two",
-    )
-    p.add_argument(
-        "--curve",
-        action="store_true",
-        help="after each trained run (measured now or before), evaluate its kept adapters on --curve-limit "
-        "open-answer held-out questions, outside the training budget, and draw bench/results/CURVE_NAME.png",
-    )
-    p.add_argument("--curve-limit", type=int, default=40, help="open-answer held-out questions a curve point asks")
-    p.add_argument(
-        "--curve-name", default="qa-curve", help="stem of the curve's plot and raw numbers under bench/results"
-    )
-    p.add_argument("--report-only", action="store_true", help="rewrite NAME.md from NAME.json.xz")
-    p.add_argument("--name", default="qa", help="results file stem under bench/results (default: qa)")
+    p = arguments(__doc__.splitlines()[0])
     args = p.parse_args()
     if args.report_only:
         doc = results.read(args.name, RESULTS)

@@ -29,11 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 from agents import get_agent  # noqa: E402
-from agents.core.context import AgentContext  # noqa: E402
+from agents.core.episode import AgentContext  # noqa: E402
 from agents.core.llm import PolicyGenerator, PolicyState, Sampling, _generation  # noqa: E402
-from agents.core.tokenizer import CharTokenizer, HFTokenizer  # noqa: E402
 from agents.core.turns import Budget  # noqa: E402
 from agents.datasets import load_prompts  # noqa: E402
+from agents.prompts import CharTokenizer, HFTokenizer  # noqa: E402
 from shared.inference_client import (  # noqa: E402
     AiohttpCompletions,
     completion_body,

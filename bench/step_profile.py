@@ -70,10 +70,9 @@ def child(cfg: dict, steps: int) -> dict:
     import torch
 
     torch.set_num_threads(cfg["threads"])
-    from services.trainer.batch_loss import Objective
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
-    from services.trainer.step import StepInput, layout, train_step
+    from services.trainer.step import Objective, StepInput, layout, train_step
 
     settings = TrainerSettings(
         model=str(MODEL),

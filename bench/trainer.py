@@ -46,10 +46,9 @@ def make_batch(rng: random.Random, vocab: int, n: int):
 
 
 def bench_packing(model_dir: Path, samples: int, budget: int, repeats: int) -> dict:
-    from services.trainer.batch_loss import Objective
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
-    from services.trainer.step import StepInput, layout, train_step
+    from services.trainer.step import Objective, StepInput, layout, train_step
 
     settings = TrainerSettings(model=str(model_dir), lr=1e-5, micro_batch_tokens=budget)
     eng = build_engine(settings, init_distributed())
@@ -85,7 +84,7 @@ def bench_publish(model_dir: Path, work: Path, repeats: int) -> dict:
     from services.trainer.config import TrainerSettings
     from services.trainer.engine import build_engine, init_distributed
     from services.trainer.publish import Publisher
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from tests.integration.trainer.harness import start_server
 
     def publish_and_load(pub: Publisher, version: int) -> float:
@@ -121,7 +120,7 @@ def bench_multiproc(model_dir: Path, work: Path, steps: int) -> dict:
     with the sync check after every publish."""
     import json
 
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from shared.protocol import TrajectoryGroup
     from shared.redis_server import RedisServer, free_port
     from shared.stream import StreamQueue

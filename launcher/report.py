@@ -1,11 +1,15 @@
-"""What ``make train`` prints: progress lines from the trainer's JSONL log and the before/after summary."""
+"""What ``make train`` prints: progress lines from the trainer's JSONL log (``TrainingWatch`` while a trainer runs)
+and the before/after summary."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from launcher.progress import Pace, pace_text
 
@@ -82,6 +86,52 @@ def training_progress(log_file: Path, max_steps: int, elapsed_s: float, pace: Pa
         if isinstance(last.get(key), int | float):
             parts.append(f"{key}={last[key]:.3f}")
     return step, "training: " + " ".join(parts)
+
+
+class TrainingWatch:
+    """Polled every second while a trainer runs (``on_tick`` of ``Supervisor.wait_for``), so that the first step
+    is noticed when it lands: says so once per stack and runs ``on_first_step``, ticks the alert monitor (a
+    firing alert is said above the live line), and refreshes the status line at its own pace (``tick_s``: a
+    plain line every 15 s off a terminal), with what is left of the budget when one ends the run."""
+
+    def __init__(
+        self,
+        stack: Any,  # the ``LocalStack``: its ``say``, start time, processes and first-step flag
+        log_file: Path,
+        max_steps: int,
+        start: float,
+        budget_s: float | None,
+        tick_alerts: Callable[[], None],
+        on_first_step: Callable[[], None] | None = None,
+    ) -> None:
+        self.stack, self.log_file, self.max_steps, self.start = stack, log_file, max_steps, start
+        self.budget_s, self.tick_alerts, self.on_first_step = budget_s, tick_alerts, on_first_step
+        self.pace = Pace(max_steps)
+        self.first_step: float | None = None
+        self.resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
+        self.last_status = time.monotonic()
+
+    def __call__(self) -> None:
+        stack = self.stack
+        if self.first_step is None and (landed := step_time(self.log_file, self.resumed_at)) is not None:
+            self.first_step = landed
+            if not stack.first_step_said:
+                stack.first_step_said = True
+                stack.say(
+                    f"first step done {landed - stack.started:.0f}s after the start "
+                    f"({landed - self.start:.0f}s after the trainer started)"
+                )
+            if self.on_first_step is not None:
+                self.on_first_step()
+        self.tick_alerts()
+        if time.monotonic() - self.last_status < stack.processes.tick_s:
+            return
+        self.last_status = time.monotonic()
+        _, line = training_progress(self.log_file, self.max_steps, time.time() - self.start, self.pace)
+        if self.budget_s:  # the budget ends this run, not max_steps: say how much of it is left
+            left = max(0.0, self.budget_s - (time.time() - self.start)) / 60
+            line = re.sub(r"  ETA \S+", f"  budget left {left:.1f} min", line)
+        stack.processes.status(line)
 
 
 def render_summary(

@@ -19,7 +19,6 @@ ports (free ones, so a second stack does not collide), URLs and the run folder's
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +30,8 @@ from launcher.alerts.monitor import Fired, monitor_for, summary_lines
 from launcher.config import StackSettings
 from launcher.prepare import Layout
 from launcher.processes import Ports, Processes, checkpoint_step, threads_for
-from launcher.progress import Display, Pace
-from launcher.report import EvalResult, read_eval, read_log, render_summary, step_time, training_progress
+from launcher.progress import Display
+from launcher.report import EvalResult, TrainingWatch, read_eval, render_summary, training_progress
 from launcher.supervisor import Service, ServiceFailed, Supervisor
 from services.rollout.config import RolloutSettings
 from services.trainer.config import TrainerSettings
@@ -323,37 +322,10 @@ class LocalStack:
         log_file = (self.run / tag if tag else self.run) / "trainer" / "train.jsonl"
         max_steps = int(env.get("CODA_TRAINER_MAX_STEPS", self.max_steps))
         start = time.time()
-        pace = Pace(max_steps)
-        first_step: list[float] = []
-        resumed_at = len(read_log(log_file)) if log_file.is_file() else 0
         alerts = monitor_for(
             recipe or self.recipe, log_file, self.processes.ports.rollout if rollout is not None else None, self.say
         )
-
-        last_status = [time.monotonic()]
-
-        def progress() -> None:
-            # Polled every second so that the first step is noticed when it lands; the status line keeps its
-            # own pace (tick_s: a plain line every 15 s off a terminal).
-            if not first_step and (landed := step_time(log_file, resumed_at)) is not None:
-                first_step.append(landed)
-                if not self.first_step_said:
-                    self.first_step_said = True
-                    self.say(
-                        f"first step done {landed - self.started:.0f}s after the start "
-                        f"({landed - start:.0f}s after the trainer started)"
-                    )
-                if on_first_step is not None:
-                    on_first_step()
-            alerts.tick()  # a firing alert is said above the live line
-            if time.monotonic() - last_status[0] < self.processes.tick_s:
-                return
-            last_status[0] = time.monotonic()
-            _, line = training_progress(log_file, max_steps, time.time() - start, pace)
-            if budget_s:  # the budget ends this run, not max_steps: say how much of it is left
-                left = max(0.0, budget_s - (time.time() - start)) / 60
-                line = re.sub(r"  ETA \S+", f"  budget left {left:.1f} min", line)
-            self.processes.status(line)
+        progress = TrainingWatch(self, log_file, max_steps, start, budget_s, alerts.tick, on_first_step)
 
         try:
             code = sup.wait_for(

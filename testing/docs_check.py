@@ -28,78 +28,27 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from testing.docs_pages import (
+    INLINE,
+    LINK,
+    REPO,
+    Problem,
+    anchors,
+    doc_files,
+    slug,
+    split_text,
+    without_code_spans,
+)
+from testing.docs_snippets import check_snippets
+
 # Generated pages: path → (module, function that renders it, the command that writes it).
 GENERATED = {
     "docs/configuration.md": ("launcher.reference", "render", "python -m launcher config-reference"),
     "docs/metrics.md": ("tools.glossary", "render", "python -m tools.glossary"),
 }
-FENCE = re.compile(r"^(```|~~~)")
-INLINE = re.compile(r"(`+)(.+?)\1")
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 SHELL_END = re.compile(r"\s(?:\||&&|;|>|2>|<)\s|\s#")  # where one command of a line ends
-
-
-@dataclass(frozen=True)
-class Problem:
-    where: str  # file:line
-    what: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.what}"
-
-
-def doc_files(root: Path = REPO) -> list[Path]:
-    files = [
-        root / "README.md",
-        root / "tests" / "README.md",
-        root / "bench" / "README.md",
-        *sorted((root / "docs").glob("*.md")),
-    ]
-    return [f for f in files if f.is_file()]
-
-
-# ---------------------------------------------------------------- markdown structure
-def split_text(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """(prose lines, code-block lines), each as (1-based line number, text)."""
-    prose, code, fenced = [], [], False
-    for number, line in enumerate(text.splitlines(), 1):
-        if FENCE.match(line.strip()):
-            fenced = not fenced
-            continue
-        (code if fenced else prose).append((number, line))
-    return prose, code
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces → hyphens."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text
-    text = text.replace("`", "").lower().strip()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
-
-
-def anchors(text: str) -> set[str]:
-    """Every heading's anchor (duplicates numbered as GitHub does: x, x-1, …) and explicit ``<a id>``."""
-    seen: dict[str, int] = {}
-    out = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
-    for _, line in split_text(text)[0]:
-        match = HEADING.match(line)
-        if not match:
-            continue
-        base = slug(match.group(2))
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        out.add(base if n == 0 else f"{base}-{n}")
-    return out
-
-
-def _without_code_spans(line: str) -> str:
-    return INLINE.sub("", line)
 
 
 def check_links(path: Path, root: Path = REPO) -> list[Problem]:
@@ -107,7 +56,7 @@ def check_links(path: Path, root: Path = REPO) -> list[Problem]:
     text = path.read_text()
     problems = []
     for number, line in split_text(text)[0]:
-        for target in LINK.findall(_without_code_spans(line)):
+        for target in LINK.findall(without_code_spans(line)):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                 continue
             where = f"{path.relative_to(root)}:{number}"
@@ -283,122 +232,6 @@ def check_generated(root: Path = REPO, pages: Iterable[str] = GENERATED) -> list
         path = root / rel
         if not path.is_file() or path.read_text() != want:
             problems.append(Problem(rel, f"not current: regenerate with `{command} > {rel}`"))
-    return problems
-
-
-# ---------------------------------------------------------------- numbers quoted from results files
-# <!-- from: bench/results/x.md: TEMPLATE -->RENDERED<!-- end -->: TEMPLATE's {fields} are read from the results
-# file, and RENDERED must be TEMPLATE filled in. A field is
-#   {ROW @ COLUMN}        the cell of a markdown table of that file: the first table with a header cell COLUMN
-#                         and a row whose first cells are ROW (cells separated by " ; ": `full RED ; 2`);
-#   {ROW @ COLUMN @ num}  the same cell's first number ("32.6 (32.0–33.1)" → "32.6");
-#   {SECTION # ROW @ COLUMN [@ num]}  the same, in the tables under the first heading that starts with SECTION
-#                         (up to the next heading of its level or above): a file with one table per dataset;
-#   {re:REGEX}            the first group of REGEX's first match in the file.
-# No "|" anywhere in a snippet: a table cell of the page would end there (write "\x7c" in a REGEX).
-# `python -m testing.docs_check --write` rewrites every RENDERED from its file; the check fails otherwise.
-SNIPPET = re.compile(r"<!-- from: (?P<src>[^\s:]+): (?P<template>.*?) -->(?P<rendered>.*?)<!-- end -->", re.S)
-FIELD = re.compile(r"\{(?P<body>re:.+?|[^{}@]+@[^{}]+)\}")
-NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
-
-
-def markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """Every table of a markdown text as (header cells, rows of cells)."""
-    tables, lines = [], text.splitlines()
-    for i, line in enumerate(lines):
-        if i + 1 < len(lines) and line.startswith("|") and re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", lines[i + 1]):
-            if i > 0 and lines[i - 1].startswith("|"):
-                continue
-            rows = []
-            for row in lines[i + 2 :]:
-                if not row.startswith("|"):
-                    break
-                rows.append(_cells(row))
-            tables.append((_cells(line), rows))
-    return tables
-
-
-def _cells(row: str) -> list[str]:
-    return [c.strip() for c in row.strip().strip("|").split("|")]
-
-
-def field_value(source: str, body: str) -> str:
-    """One ``{field}`` of a snippet read from the results file's text; ValueError when it is not there."""
-    if body.startswith("re:"):
-        match = re.search(body[3:], source)
-        if not match:
-            raise ValueError(f"no match for {body[3:]!r}")
-        return match.group(1)
-    row, column, *how = [part.strip() for part in body.split("@")]
-    section, _, row = row.rpartition(" # ")
-    keys = [k.strip() for k in row.split(";")]
-    for header, rows in markdown_tables(section_text(source, section.strip()) if section else source):
-        if column not in header:
-            continue
-        for cells in rows:
-            if cells[: len(keys)] == keys:
-                value = cells[header.index(column)]
-                if how == ["num"]:
-                    number = NUMBER.search(value)
-                    if not number:
-                        raise ValueError(f"no number in {value!r}")
-                    value = number.group(0)
-                return value
-    raise ValueError(f"no table with a column {column!r} and a row {row!r}")
-
-
-def section_text(source: str, section: str) -> str:
-    """The lines under the first heading that starts with ``section``, up to the next heading of its level or
-    above; ValueError when there is no such heading."""
-    lines = source.splitlines()
-    for i, line in enumerate(lines):
-        match = HEADING.match(line)
-        if match and match.group(2).startswith(section):
-            level, end = len(match.group(1)), len(lines)
-            for j in range(i + 1, len(lines)):
-                after = HEADING.match(lines[j])
-                if after and len(after.group(1)) <= level:
-                    end = j
-                    break
-            return "\n".join(lines[i + 1 : end])
-    raise ValueError(f"no heading that starts with {section!r}")
-
-
-def render_snippet(source: str, template: str) -> str:
-    return FIELD.sub(lambda m: field_value(source, m.group("body")), template)
-
-
-def check_snippets(path: Path, root: Path = REPO, write: bool = False) -> list[Problem]:
-    """Every ``<!-- from: … -->`` snippet of ``path`` says what its results file says now (``write``: make it)."""
-    text = path.read_text()
-    problems: list[Problem] = []
-
-    def fix(match: re.Match) -> str:
-        where = f"{path.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}"
-        source = root / match.group("src")
-        if not source.is_file():
-            problems.append(Problem(where, f"quotes {match.group('src')}: no such file"))
-            return match.group(0)
-        try:
-            want = render_snippet(source.read_text(), match.group("template"))
-        except ValueError as error:
-            problems.append(Problem(where, f"quotes {match.group('src')}: {error}"))
-            return match.group(0)
-        if want != match.group("rendered"):
-            if not write:
-                problems.append(
-                    Problem(
-                        where,
-                        f"says {match.group('rendered')!r} where {match.group('src')} says {want!r} "
-                        "(python -m testing.docs_check --write)",
-                    )
-                )
-            return match.group(0)[: match.start("rendered") - match.start()] + want + "<!-- end -->"
-        return match.group(0)
-
-    new = SNIPPET.sub(fix, text)
-    if write and new != text:
-        path.write_text(new)
     return problems
 
 

@@ -26,8 +26,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from agents.core.tokenizer import TokenizerLike
-from agents.prompts import PLANNER_SYSTEM
+from agents.prompts import PLANNER_SYSTEM, TokenizerLike
 from shared.http import ApiError, error_body
 from shared.protocol.inference import (
     TOKEN_ID_PREFIX,
@@ -252,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from agents.core.tokenizer import load_tokenizer
+    from agents.prompts import load_tokenizer
     from shared.log import configure_logging
 
     p = argparse.ArgumentParser(

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from testing.docs_check import FENCE, HEADING, LINK, REPO
+from testing.docs_pages import FENCE, HEADING, LINK, REPO
 
 LIMIT = 600
 TOP = ""  # the section name of a page's top: from its title to its first heading below it

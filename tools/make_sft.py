@@ -169,7 +169,7 @@ def qa_rows(source: str, split: str = "all") -> list[dict]:
 
 def run(args: argparse.Namespace) -> str:
     """Write the demonstrations; returns the one-line summary the command prints."""
-    from agents.core.tokenizer import HFTokenizer, env_frame
+    from agents.prompts import HFTokenizer, env_frame
     from shared.retriever_client import RetrieverClient
 
     rows = qa_rows(str(args.qa), args.split)

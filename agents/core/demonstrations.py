@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.answers import as_gold_list, normalize_answer
-from agents.core.tokenizer import INLINE
 from agents.core.turns import Observation, encode_observation
-from agents.prompts import OBSERVATION_WRAP, Messages, format_documents
+from agents.prompts import INLINE, OBSERVATION_WRAP, Messages, format_documents
 
 if TYPE_CHECKING:
     from agents.plans import HopPlan

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from shared.log import get_logger
 
 if TYPE_CHECKING:  # aiohttp is needed only where the rollout builds that transport
-    from agents.core.tokenizer import TokenizerLike
+    from agents.prompts import TokenizerLike
     from shared.inference_client import AiohttpCompletions, InferenceClient
 
 log = get_logger(__name__)

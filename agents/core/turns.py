@@ -10,7 +10,7 @@ Protocol (shared by all agents, parameterised per role by ``RoleSpec``):
   unless the model ended its turn with EOS, which ends the episode without an answer.
 - Observations are wrapped (``agents.prompts.OBSERVATION_WRAP``) and their content truncated to
   ``max_obs_tokens``; the wrapper tags always stay intact. A role's ``env_frame`` puts all environment text in a
-  chat turn of its own (``[rollout] env_turn``; ``agents.core.tokenizer.env_frame``), else it stays inline.
+  chat turn of its own (``[rollout] env_turn``; ``agents.prompts.env_frame``), else it stays inline.
 - Each role has its own turn budget. When it runs out, one forced final turn asks for the answer (only
   ``</answer>`` stops it, nothing is executed), as Search-R1 does.
 - The context never grows past ``max_context_tokens`` (nothing is left-truncated: that would break
@@ -22,12 +22,14 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agents.core.llm import Generation, Generator, whole_tokens
-from agents.core.tokenizer import INLINE, TokenizerLike
-from agents.core.trajectory import TokenTrajectory
-from agents.prompts import FINAL_ANSWER_NUDGE, OBSERVATION_WRAP
+from agents.prompts import FINAL_ANSWER_NUDGE, INLINE, OBSERVATION_WRAP, TokenizerLike
 from shared.tags import ROLE_TAGS, TAGS, close_tag, open_tag
+
+if TYPE_CHECKING:  # episode.py imports Budget from here
+    from agents.core.episode import TokenTrajectory
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class RoleSpec:
     answer_on_eos: Callable[[str], str | None] | None = None  # e.g. a tool agent's plain final reply
     final_message: str = FINAL_ANSWER_NUDGE  # appended before the forced final turn
     final_stop: tuple[str, ...] = (close_tag("answer"),)
-    env_frame: tuple[str, str] = INLINE  # around environment text (``agents.core.tokenizer.env_frame``)
+    env_frame: tuple[str, str] = INLINE  # around environment text (``agents.prompts.env_frame``)
 
     @property
     def stop_strings(self) -> list[str]:

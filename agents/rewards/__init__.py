@@ -6,6 +6,6 @@ subproblem independence), ``efficiency`` (token efficiency, think fraction),
 rewards), ``combine`` (reward combination inside a prompt group), ``peco``. The answer rewards (EM/F1, the
 6·F1−3 mapping) live with the answer normalisation in ``agents.answers``, the format scores and the strict
 sequence validator beside the tag parser in ``agents.core.turns``, ``RewardResult`` beside ``Episode`` in
-``agents.core.context`` and Search-R1's reward in ``agents.search_r1``. Every agent's reward returns a
+``agents.core.episode`` and Search-R1's reward in ``agents.search_r1``. Every agent's reward returns a
 ``RewardResult``: the scalar and its named components.
 """

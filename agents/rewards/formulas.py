@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agents.answers import AnswerMetric, affine_answer_reward, answer_reward, as_gold_list
-from agents.core.context import RewardResult
+from agents.core.episode import RewardResult
 from agents.core.turns import role_format_score
 from agents.rewards.efficiency import token_efficiency
 from agents.rewards.retrieval import information_reverse_rank, mrr, refine_score

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.answers import AnswerMetric, affine_answer_reward, answer_reward, as_gold_list, normalize_answer, token_f1
-from agents.core.context import RewardResult
+from agents.core.episode import RewardResult
 from agents.core.turns import nonempty_role_format_score
 from agents.rewards.retrieval import information_reverse_rank, refine_score
 

@@ -1,6 +1,6 @@
 """Writes the Grafana dashboards (deploy/grafana/dashboards/*.json) from the panel tables below.
 
-    python deploy/grafana/dashboards.py          # regenerate after editing a table
+    python -m deploy.grafana.dashboards          # regenerate after editing a table
 
 The JSON files are committed (Grafana provisions them from disk); a test fails when they differ from what
 this script writes, and another checks that every metric a panel queries is exported by some service
@@ -13,11 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the panel tables beside this script
-
-from grafana_model import Dashboard, Panel
-from panels_serving import INFERENCE, RETRIEVAL
-from panels_training import PIPELINE, TRAINING
+from deploy.grafana.grafana_model import Dashboard, Panel
+from deploy.grafana.panels_serving import INFERENCE, RETRIEVAL
+from deploy.grafana.panels_training import PIPELINE, TRAINING
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioning/datasources/prometheus.yml

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grafana_model import RATE, Dashboard, Panel, mean_of, quantile
+from deploy.grafana.grafana_model import RATE, Dashboard, Panel, mean_of, quantile
 
 TRAINING = Dashboard(
     "coda-training",

@@ -8,7 +8,7 @@ What the trainer relies on, checked on the server the stack will actually use (v
 3. ``lora``: a request naming a hot-loaded adapter gets the adapter's logprobs (``peft`` forward);
 4. ``restore``: reloading the original weights and unloading the adapter gives back step 1's tokens.
 
-    python deploy/vllm/check_weight_sync.py --url http://localhost:8002 --model DIR \\
+    python -m deploy.vllm.check_weight_sync --url http://localhost:8002 --model DIR \\
         --weights OTHER_WEIGHTS_DIR [--adapter PEFT_DIR] [--out result.json]
 
 ``--model`` is the folder the server was started with (config, tokenizer, weights); ``--weights`` a folder of
@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from services.rollout.loader import load_into, unload_from  # noqa: E402 (the one way weights get in)
-from shared.inference_client import SyncInferenceClient  # noqa: E402
+from services.rollout.loader import load_into, unload_from  # the one way weights get in
+from shared.inference_sync import SyncInferenceClient
 
 ADAPTER_NAME = "sync-check"
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from services.rollout.admission import Admission, RedisAdmission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import make_embedder
-from services.rollout.fleet_runner import FleetRunner
+from services.rollout.fleet import FleetRunner
 from services.rollout.metrics import FleetCollector, RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue
 from services.rollout.runtime import agent_context

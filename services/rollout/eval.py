@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from agents.core.context import Episode
+from agents.core.episode import Episode
 from agents.core.llm import PolicyState
 from agents.datasets import PromptRecord, question_type
 from agents.question_kinds import question_kind

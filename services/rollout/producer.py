@@ -4,11 +4,11 @@ A group is published only when all its ``n`` episodes finished (GRPO needs the w
 episode fails after the clients' bounded retries, the group is recorded as failed with its cause, its
 admission slot is freed and its prompt goes back to the queue. If the cause is a dependency outage (LLM,
 retriever, searcher or Redis down, timing out or answering 502/503/504/429) the prompt is not to blame: it is not
-counted, and admission pauses until the dependency answers again (``services.rollout.outage``). Otherwise
+counted, and admission pauses until the dependency answers again (``services.rollout.admission``). Otherwise
 the failure counts against the prompt, which is dropped, with an error log, after ``max_prompt_failures``
 failures without a success in between. The loop itself never stops on an episode error.
 
-With a fleet of policy servers (``services.rollout.fleet_runner``) each episode runs on one server, and one
+With a fleet of policy servers (``services.rollout.fleet``) each episode runs on one server, and one
 whose server fails mid-episode starts over on another before its group counts as failed.
 """
 
@@ -22,22 +22,20 @@ from dataclasses import dataclass
 
 import redis
 
-from agents.core.context import AgentContext, Episode
+from agents.core.episode import AgentContext, Episode
 from agents.datasets import PromptRecord
 from agents.question_kinds import question_kind
-from services.rollout.admission import Admission
+from services.rollout.admission import Admission, DependencyGate, http_answers, outage_dependency
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder
-from services.rollout.fleet_runner import FleetRunner
+from services.rollout.fleet import FleetRunner
 from services.rollout.metrics import RolloutMetrics
-from services.rollout.outage import DependencyGate, http_answers, outage_dependency
 from services.rollout.scoring import Scorer, build_group
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
 from shared.protocol.trajectory import has_signal
 from shared.retry import Failure, classify
-from shared.staleness import group_staleness
-from shared.stream import StreamQueue
+from shared.stream import StreamQueue, group_staleness
 
 log = get_logger(__name__)
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from agents.core.context import AgentContext
+from agents.core.episode import AgentContext
 from agents.core.llm import FrozenGenerator, PolicyGenerator, PolicyState, Sampling
 from agents.core.searcher_client import AsyncSearcherClient
-from agents.core.tokenizer import TokenizerLike, env_frame, load_tokenizer
+from agents.prompts import TokenizerLike, env_frame, load_tokenizer
 from agents.search_r1 import SearchR1Params
 from agents.single_turn import SingleTurnParams
 from services.rollout.config import RolloutSettings

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agents import Agent, Scoring, get_agent, load_reward
 from agents.answers import answer_scores
-from agents.core.context import Episode, RewardResult
+from agents.core.episode import Episode, RewardResult
 from agents.datasets import PromptRecord, gold_doc_ids
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import Embedder

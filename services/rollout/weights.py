@@ -18,8 +18,7 @@ from agents.core.llm import PolicyState
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate
-from shared.staleness import AdmissionMarks
-from shared.stream import decode
+from shared.stream import AdmissionMarks, decode
 
 log = get_logger(__name__)
 

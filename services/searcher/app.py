@@ -14,9 +14,9 @@ import httpx
 from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
 
-from agents.core.context import AgentContext
+from agents.core.episode import AgentContext
 from agents.core.llm import FrozenGenerator, Sampling
-from agents.core.tokenizer import CharTokenizer, HFTokenizer
+from agents.prompts import CharTokenizer, HFTokenizer
 from services.searcher.config import SearcherSettings
 from services.searcher.loop import run_searcher
 from shared.http import ApiError, create_app

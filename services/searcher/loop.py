@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agents.core.context import AgentContext, search_documents
-from agents.core.trajectory import TokenTrajectory
+from agents.core.episode import AgentContext, TokenTrajectory, search_documents
 from agents.core.turns import Action, Observation, RoleSpec, run_turns
 from agents.prompts import INVALID_SEARCH_ACTION, SEARCHER_NO_ANSWER, searcher_messages
 from shared.protocol.search import SearchResponse

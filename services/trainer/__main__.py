@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from services.trainer.config import TrainerSettings
 
 if TYPE_CHECKING:
-    from services.trainer.outage import Patience
+    from shared.retry import Patience
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,9 +49,9 @@ def train(args: argparse.Namespace) -> int:
     configure_logging()
     settings = TrainerSettings.from_args(args)
     from services.trainer.app import build_app, serve_in_thread
+    from services.trainer.batches import lost_rank
     from services.trainer.loop import Trainer
-    from services.trainer.outage import DependencyDown
-    from services.trainer.ranks import lost_rank
+    from shared.retry import DependencyDown
 
     log = get_logger(__name__)
     holder: dict = {}

@@ -184,7 +184,7 @@ def load(engine, path: Path, rank: int, world: int = 1) -> TrainState:
 def check_shared(root: str | Path, ranks) -> None:
     """Refuse to start when some rank does not see the checkpoint folder rank 0 writes into (a host whose
     ``checkpoint_dir`` is a local folder): its shards would be lost and the next resume would diverge.
-    ``ranks`` is the job's ``services.trainer.ranks.Ranks``; collective."""
+    ``ranks`` is the job's ``services.trainer.batches.Ranks``; collective."""
     if ranks.world == 1:
         return
     probe = Path(root) / f".ranks-{ranks.broadcast(uuid.uuid4().hex if ranks.rank == 0 else None)}"

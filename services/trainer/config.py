@@ -43,7 +43,7 @@ class LoraSettings(BaseModel):
 
 
 class ImportanceSampling(BaseModel):
-    """Importance sampling against the sampler's logprobs μ (services/trainer/batch_loss.py)."""
+    """Importance sampling against the sampler's logprobs μ (services/trainer/step.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

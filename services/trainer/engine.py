@@ -5,7 +5,7 @@ two minutes on two cores) is switched off before init by replacing ``build_shm_o
 torch ``AdamW`` instance (a DeepSpeed optimizer block would compile ``fused_adam``). A lone process gets the
 ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables torchrun would set, so DeepSpeed never tries MPI discovery.
 Several ranks (one host or several, see docs/scaling-out.md, "The trainer across hosts") wait for each other up to the
-timeout given here while starting; the loop then bounds collectives tighter (``services.trainer.ranks``).
+timeout given here while starting; the loop then bounds collectives tighter (``services.trainer.batches``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 
 from services.trainer.config import TrainerSettings
 from services.trainer.logprobs import PolicyLogprobs
-from services.trainer.schedule import lr_multiplier
+from services.trainer.step import lr_multiplier
 from shared.log import get_logger
 from shared.precision import compute_dtype
 from shared.redis_server import free_port

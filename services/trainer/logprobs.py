@@ -189,10 +189,28 @@ def sequence_logprobs(
     policy: PolicyLogprobs, batches: list[MicroBatch], device: torch.device, all_positions: bool = True
 ) -> dict[int, list[float]]:
     """Per-sequence token logprobs (token 0 gets 0.0), outside a training step: the sync check's."""
-    from services.trainer.packing import unpack
-
     out: dict[int, list[float]] = {}
     for b in batches:
         logp, _ = policy(**batch_inputs(b, device, all_positions=all_positions))
         unpack(logp, b, out)
     return out
+
+
+def unpack(values: torch.Tensor, batch: MicroBatch, out: dict[int, list[float]]) -> None:
+    """Scatter per-position ``values`` back to per-sequence lists aligned with the tokens.
+
+    ``out[index][t]`` is the value for token ``t`` (token 0 has none: it stays 0.0).
+    """
+    flat_seq = batch.seq.reshape(-1).tolist()
+    flat_val = values.detach().reshape(-1).tolist()
+    flat_pos = batch.position_ids.reshape(-1).tolist()
+    seen: set[int] = set()
+    for s, v, p in zip(flat_seq, flat_val, flat_pos, strict=True):
+        if s < 0:
+            continue
+        seen.add(s)
+        row = out.setdefault(s, [0.0])
+        if len(row) == p + 1:
+            row.append(v)
+    for s in seen:
+        del out[s][-1:]  # the last position of a sequence predicts nothing

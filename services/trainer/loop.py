@@ -14,9 +14,9 @@ between the save and the ack leaves pending entries the checkpoint covers: they 
 
 Rank 0 talks to Redis (and, for the optional sync check, to the inference server) and broadcasts each
 step's groups to the other ranks; the ranks agree on when to stop, and a lost rank ends the job within
-``collective_timeout_s`` (``services.trainer.ranks``). The trainer never loads weights into a server: it
+``collective_timeout_s`` (``services.trainer.batches``). The trainer never loads weights into a server: it
 writes and announces them (``services.trainer.publish``), the rollout loads them.
-Their outages are waited out (``services.trainer.outage``: retries with backoff, logged); only one that outlasts
+Their outages are waited out (``shared.retry``: retries with backoff, logged); only one that outlasts
 ``dependency_timeout_s`` ends the run. Stopping needs neither: the checkpoint is written first, the ack is
 tried briefly and otherwise left to the next start (the checkpoint's ``covered`` list), and a publish that
 cannot finish is redone by the next start's ``_resume_version``.
@@ -32,24 +32,21 @@ import numpy as np
 import torch
 
 from services.trainer import checkpoint, faults
-from services.trainer.batch_loss import Objective
-from services.trainer.batches import GroupReader, group_check, teaching, to_sequences
+from services.trainer.batches import GroupReader, Ranks, group_check, set_collective_timeout, teaching, to_sequences
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed, load_reference, param_dtype
 from services.trainer.observe import Observer
-from services.trainer.outage import DependencyDown, Patience, Patient
 from services.trainer.publish import Publisher
-from services.trainer.ranks import Ranks, set_collective_timeout
 from services.trainer.rl.advantages import trajectory_advantages
 from services.trainer.rl.red import REDState, REDWeights, planner_accuracy, red_weights
 from services.trainer.sft import SftData
-from services.trainer.step import StepInput, StepResult, train_step
+from services.trainer.step import Objective, StepInput, StepResult, train_step
 from services.trainer.step_record import Rollouts, step_record
 from services.trainer.sync_check import max_abs_diff, mismatch_warning, probe_prompt, server_sample, wait_served
 from shared.log import get_logger
 from shared.protocol import TrajectoryGroup
-from shared.staleness import taken
-from shared.stream import Entry, StreamQueue
+from shared.retry import DependencyDown, Patience, Patient
+from shared.stream import Entry, StreamQueue, taken
 
 log = get_logger(__name__)
 
@@ -97,7 +94,7 @@ class Trainer:
         if self.rank0:
             import redis
 
-            from shared.inference_client import SyncInferenceClient
+            from shared.inference_sync import SyncInferenceClient
             from shared.retry import RetryPolicy
 
             # redis-py's 5 s socket timeout, on top of a blocking read's own wait (else every long read times out).
@@ -314,7 +311,7 @@ class Trainer:
 
     def _consumed(self) -> int:
         """Groups the rollout published that this trainer has taken (rank 0): the admission mark's count
-        (``shared.staleness.taken``), the backlog a restart retrains not included."""
+        (``shared.stream.taken``), the backlog a restart retrains not included."""
         s = self.s
         return taken(self.redis, s.stream, s.consumer_group, s.published_key, len(self.reader.backlog))
 

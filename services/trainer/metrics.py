@@ -163,7 +163,7 @@ def _rebuild(template: T, it: Iterator[float]) -> T:
 # ---------------------------------------------------------------- the records
 @dataclass
 class RlMetrics:
-    """The RL objective's metrics: of one micro-batch (``batch_loss.Objective``), summed (``RlSums``), or the
+    """The RL objective's metrics: of one micro-batch (``step.Objective``), summed (``RlSums``), or the
     step's (``means``). Names are those ``rl.loss.rl_loss`` and its pieces return."""
 
     loss: float | None = share(

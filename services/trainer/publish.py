@@ -3,7 +3,7 @@
 LoRA: the adapter is saved to ``<weights_dir>/policy-v{N}`` and served as ``<served>-<run>-v{N}``
 (``shared.protocol.adapter_name``); full: the model is written as safetensors to ``<weights_dir>/v{N}``. Then
 ``policy:version`` is set to N and a ``WeightUpdate`` (where the folder is, under which model name it is to be
-served) goes on the ``weights`` stream, together with the admission mark (``shared.staleness``) that lets the
+served) goes on the ``weights`` stream, together with the admission mark (``shared.stream``) that lets the
 rollout start the next groups, in one transaction.
 
 The run id is kept in Redis beside the version counter (``<version key>:run``): the first publish of a run
@@ -35,8 +35,7 @@ import torch
 from shared.contract import DEFAULT_CONTRACT
 from shared.log import get_logger
 from shared.protocol import WeightUpdate, adapter_name, new_run_id
-from shared.staleness import AdmissionMarks
-from shared.stream import encode
+from shared.stream import AdmissionMarks, encode
 
 log = get_logger(__name__)
 

@@ -5,27 +5,128 @@ nominal accumulation of 1 and the step boundary is set by hand before the last b
 normalised by global counts (all micro-batches, all ranks), so the gradient does not depend on how the
 batch was split. DeepSpeed averages gradients over ranks, hence the factor ``world`` in each loss.
 Ranks that have fewer micro-batches run empty ones so every rank joins every collective.
+
+The RL objective of one micro-batch (``Objective``): the trainer's tensors handed to ``rl.loss.rl_loss``; its metrics (the
+typed ``metrics.RlMetrics``) as sums over a step's micro-batches (``RlSums``).
+
+Two ways to use the sampler's logprobs μ (recorded per token by the rollout), chosen by ``[trainer.importance] mode``:
+  ``none`` (default; verl calls it "bypass" mode): one optimizer step per batch with the PPO ratio taken against
+      μ itself, so no extra forward pass for π_old; the clipped ratio covers both the sampler/trainer
+      mismatch and the staleness of off-policy samples;
+  ``token`` / ``sequence`` / ``token+sequence`` (decoupled): π_old is the current policy (detached, ratio 1),
+      and the truncated / sequence-masked importance weights π/μ do the off-policy correction.
+All terms share the step's global normaliser; DeepSpeed averages gradients over ranks, hence ``× world``.
+
+The learning-rate multiplier per optimizer step (``lr_multiplier``, what the engine's ``LambdaLR`` multiplies
+``lr`` by). Pure Python.
+
+warm-up (step < W):    (step + 1) / W
+constant:              1
+linear / cosine decay: 1 until the decay starts at S, then with progress p = (step − S) / (T − S), clamped
+    to [0, 1], T = max_steps:
+    linear: m + (1 − m)·(1 − p)        cosine: m + (1 − m)·(1 + cos(π·p)) / 2
+with m = ``min_ratio`` and S = W, or S = max(W, T − D) when the decay spans only the last D steps
+(``decay_steps``; warm-up, stable, decay). Without a step budget (T = 0, train forever) a decay has nothing
+to end at, so the multiplier stays 1 after the warm-up.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
 from services.trainer import faults
-from services.trainer.batch_loss import RlSums
-from services.trainer.engine import Engine
+from services.trainer.config import TrainerSettings
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
-from services.trainer.metrics import flatten, unflatten
-from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, pack, pad
-from services.trainer.prefix_tree import loss_view, pack_shared
+from services.trainer.metrics import RlMetrics, added, flatten, means, unflatten, weighted
+from services.trainer.packing import MicroBatch, TrainSeq, empty_batch, loss_view, pack, pack_shared, pad
+from services.trainer.rl.loss import ClipConfig, LossConfig, LossInputs, mismatch_metrics, rl_loss
 from shared.log import get_logger
+
+if TYPE_CHECKING:  # the engine imports lr_multiplier from here
+    from services.trainer.engine import Engine
 
 log = get_logger(__name__)
 
+
+# ---------------------------------------------------------------- the RL objective of one micro-batch
+def loss_config(s: TrainerSettings) -> LossConfig:
+    return LossConfig(
+        clip=ClipConfig(clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip),
+        agg=s.loss_agg,
+        kl_coef=s.kl_coef,
+        kl_estimator=s.kl_estimator,
+        entropy_coef=s.entropy_coef,
+        importance=s.importance,
+    )
+
+
+@dataclass
+class Objective:
+    """Callable with the ``step.RlLoss`` signature: (this micro-batch's loss × world, its metrics' ``RlSums``)."""
+
+    settings: TrainerSettings
+    cfg: LossConfig = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cfg = loss_config(self.settings)
+
+    def __call__(
+        self, logp: torch.Tensor, entropy: torch.Tensor, batch: MicroBatch, norms: dict[str, float]
+    ) -> tuple[torch.Tensor, RlSums]:
+        sampler = batch.fields["old_logp"]
+        bypass = self.cfg.importance.mode == "none"
+        inputs = LossInputs(
+            logp=logp,
+            old_logp=sampler if bypass else logp.detach(),
+            advantages=batch.fields["adv"],
+            mask=batch.target_mask,
+            ref_logp=batch.fields.get("ref_logp"),
+            sampler_logp=None if bypass else sampler,
+            entropy=entropy,
+            segment_ids=batch.seq.to(logp.device),
+        )
+        normaliser = norms["tokens"] if self.cfg.agg == "token-mean" else norms["sequences"]
+        loss, metrics = rl_loss(inputs, self.cfg, normaliser)
+        if bypass:  # how far the trainer's logprobs are from the sampler's (0 on-policy with synced weights)
+            metrics.update(mismatch_metrics(logp, sampler, batch.target_mask))
+        mask = batch.target_mask
+        metrics["staleness_mean"] = float((batch.fields["staleness"] * mask).sum() / mask.sum().clamp(min=1))
+        tokens = metrics.pop("num_tokens")  # the micro-batch's trained tokens: the weight of its local means
+        return loss * norms["world"], RlSums.of(RlMetrics(**metrics), tokens)
+
+
+@dataclass
+class RlSums:
+    """The RL objective's metrics summed over micro-batches (and ranks), averaged once at the end (``means``).
+
+    ``sums``: for a ``share`` metric (``pg_loss``, ``loss``: already a share of the step's value) the sum of the
+    shares; for a ``token_mean`` metric Σ local mean × the micro-batch's trained tokens, so that ``means``
+    weights each micro-batch by its trained tokens however the step was split. ``tokens``: those tokens' sum.
+    """
+
+    sums: RlMetrics = field(default_factory=RlMetrics)
+    tokens: float = 0.0
+
+    @classmethod
+    def of(cls, metrics: RlMetrics, tokens: float) -> RlSums:
+        """One micro-batch's metrics (local means and shares, as ``rl_loss`` returns them) and trained tokens."""
+        return cls(weighted(metrics, tokens), tokens)
+
+    def __add__(self, other: RlSums) -> RlSums:
+        return RlSums(added(self.sums, other.sums), self.tokens + other.tokens)
+
+    def means(self) -> RlMetrics:
+        """Each metric over all micro-batches added: the token-weighted mean, or the summed share."""
+        return means(self.sums, self.tokens)
+
+
+# ---------------------------------------------------------------- one optimizer step
 # (logp, entropy, batch, global normalisers) -> (loss for this micro-batch, its metrics as sums to add up)
 RlLoss = Callable[[torch.Tensor, torch.Tensor, MicroBatch, dict[str, float]], tuple[torch.Tensor, RlSums]]
 
@@ -243,3 +344,29 @@ def _grad_norm(eng: Engine, local: float | None) -> float:
     if norm is None:
         return float("nan") if local is None else local
     return float(norm)
+
+
+# ---------------------------------------------------------------- the learning-rate schedule
+Schedule = Literal["constant", "linear", "cosine"]
+
+
+def lr_multiplier(
+    step: int,
+    *,
+    warmup: int = 0,
+    total: int = 0,
+    schedule: Schedule = "constant",
+    min_ratio: float = 0.0,
+    decay_steps: int = 0,
+) -> float:
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    start = max(warmup, total - decay_steps) if decay_steps else warmup
+    if schedule == "constant" or total <= start:
+        return 1.0
+    p = min(1.0, max(0.0, (step - start) / (total - start)))
+    if schedule == "linear":
+        return min_ratio + (1.0 - min_ratio) * (1.0 - p)
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+    raise ValueError(f"unknown learning-rate schedule {schedule!r}")

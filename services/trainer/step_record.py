@@ -18,8 +18,7 @@ from services.trainer.metrics import RedMetrics, StepRecord
 from services.trainer.rl.red import REDWeights
 from services.trainer.step import StepResult
 from shared.protocol import TrajectoryGroup, WeightUpdate
-from shared.staleness import staleness
-from shared.stream import QueueStats
+from shared.stream import QueueStats, staleness
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import torch
 from services.trainer.engine import Engine
 from services.trainer.logprobs import sequence_logprobs
 from services.trainer.packing import TrainSeq, pack
-from shared.inference_client import InferenceError, SyncInferenceClient
+from shared.inference_client import InferenceError
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import WeightUpdate
 
 PROBE_QUESTION = "Who wrote Hamlet, and when was it first performed?"

@@ -61,7 +61,7 @@ class WeightUpdate(BaseModel):
 
 class AdmissionMark(BaseModel):
     """How many published groups the trainer had taken when policy ``version`` went live: what the admission
-    rule counts from (``shared.staleness``, where the rule, its formula and the mark's life are explained).
+    rule counts from (``shared.stream``, where the rule, its formula and the mark's life are explained).
     ``version`` ties the mark to the weights it was written with: a rollout applies it only once it serves
     that version."""
 

@@ -11,9 +11,9 @@ import time
 import pytest
 import redis
 
-from services.trainer.outage import Patience, Patient
 from shared.protocol import TrajectoryGroup
 from shared.redis_server import RedisServer
+from shared.retry import Patience, Patient
 from shared.stream import StreamQueue
 from tests.factories import make_group
 

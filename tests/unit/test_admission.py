@@ -1,11 +1,11 @@
-"""The admission rule by hand (``shared.staleness``): how many groups the rollout may start, by version and
+"""The admission rule by hand (``shared.stream``): how many groups the rollout may start, by version and
 by the trainer's mark of groups taken."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.staleness import admission_capacity, admission_limit
+from shared.stream import admission_capacity, admission_limit
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from shared.inference_client import AiohttpCompletions, InferenceClient, SyncInferenceClient, completion_body
+from shared.inference_client import AiohttpCompletions, InferenceClient, completion_body
+from shared.inference_sync import SyncInferenceClient
 
 
 @pytest.mark.parametrize("transport", [InferenceClient, SyncInferenceClient, AiohttpCompletions])

@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from shared.auth import CONTROL_TOKEN_ENV, bearer_headers, is_loopback
 from shared.http import CONTROL, create_app
-from shared.inference_client import InferenceClient, SyncInferenceClient
+from shared.inference_client import InferenceClient
+from shared.inference_sync import SyncInferenceClient
 
 LOCAL, REMOTE = ("127.0.0.1", 50000), ("203.0.113.7", 50000)
 

@@ -1,4 +1,4 @@
-"""Waiting out a dependency's outage (``services.trainer.outage.Patience``): retry while unreachable, log the outage once
+"""Waiting out a dependency's outage (``shared.retry.Patience``): retry while unreachable, log the outage once
 and its end, give up after the configured time, stop waiting soon once told to stop, never retry a wrong call."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import httpx
 import pytest
 import redis
 
-from services.trainer.outage import DependencyDown, Patience, is_outage
 from shared.inference_client import InferenceError
+from shared.retry import DependencyDown, Patience, is_outage
 
 
 class Flaky:
@@ -30,7 +30,7 @@ class Flaky:
 
 def test_outage_is_waited_out_with_one_warning_and_a_back_line(caplog):
     fn = Flaky(4, redis.ConnectionError("Connection refused"))
-    with caplog.at_level(logging.INFO, logger="services.trainer.outage"):
+    with caplog.at_level(logging.INFO, logger="shared.retry"):
         assert Patience(give_up_s=10, backoff_s=0.01).call("redis", fn, 1, k=2) == ("ok", (1,), {"k": 2})
     assert fn.calls == 5
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.staleness import (
+from shared.stream import (
     group_staleness,
     sample_staleness,
     staleness,

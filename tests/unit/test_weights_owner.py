@@ -21,6 +21,7 @@ METHODS = frozenset({"load_lora", "unload_lora", "reload_weights"})
 ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "update_weights_from_path")
 EXCEPTED = {
     "shared/inference_client.py": "defines the methods",
+    "shared/inference_sync.py": "defines their blocking twins",
     "services/inference/": "the server: it serves the routes",
     "shared/vllm_worker_extension.py": "runs inside vLLM's workers: the route's other end",
     "testing/fake_llm.py": "a fake server: it serves the routes",

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from testing.fake_llm import FakeLLM, protocol_script
 from testing.serving import ThreadedServer
 from tests.integration.rollout.servers import LOOKUP_CORPUS, tiny_model

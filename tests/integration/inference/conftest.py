@@ -10,7 +10,7 @@ import pytest
 
 from services.inference.config import InferenceSettings
 from services.inference.factory import build_tiny_model, read_texts
-from shared.inference_client import SyncInferenceClient
+from shared.inference_sync import SyncInferenceClient
 from shared.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[3]

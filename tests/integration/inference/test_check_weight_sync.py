@@ -15,7 +15,6 @@ from testing.local_inference import serve_in_thread
 from tests.integration.inference.conftest import server_settings
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "deploy" / "vllm" / "check_weight_sync.py"
 
 
 def test_every_step_matches_the_forward_pass(tmp_path, tiny_model, weights_root, perturbed, lora_adapter):
@@ -25,7 +24,8 @@ def test_every_step_matches_the_forward_pass(tmp_path, tiny_model, weights_root,
         run = subprocess.run(
             [
                 sys.executable,
-                str(SCRIPT),
+                "-m",
+                "deploy.vllm.check_weight_sync",
                 "--url",
                 url,
                 "--model",
@@ -62,7 +62,8 @@ def test_serving_other_weights_than_claimed_fails(tmp_path, tiny_model, weights_
         run = subprocess.run(
             [
                 sys.executable,
-                str(SCRIPT),
+                "-m",
+                "deploy.vllm.check_weight_sync",
                 "--url",
                 url,
                 "--model",

@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 
 from services.inference.app import create_inference_app
 from shared.auth import CONTROL_TOKEN_ENV
-from shared.inference_client import InferenceError, SyncInferenceClient
+from shared.inference_client import InferenceError
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol.inference import INFO_METHOD, RELOAD_METHOD
 from tests.integration.inference.conftest import server_settings
 

@@ -9,7 +9,8 @@ import asyncio
 
 import pytest
 
-from shared.inference_client import InferenceClient, SyncInferenceClient
+from shared.inference_client import InferenceClient
+from shared.inference_sync import SyncInferenceClient
 from tests.integration.inference.conftest import max_diff, reference_logprobs, server_settings
 
 pytestmark = pytest.mark.gpu

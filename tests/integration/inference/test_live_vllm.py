@@ -20,7 +20,8 @@ from agents.core.llm import PolicyState
 from services.inference.config import InferenceSettings
 from services.rollout.fleet import Fleet
 from services.rollout.fleet_watch import FleetWatch
-from shared.inference_client import InferenceClient, InferenceError, SyncInferenceClient
+from shared.inference_client import InferenceClient, InferenceError
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import WeightUpdate
 from shared.redis_server import free_port
 from testing.local_inference import serve_in_thread
@@ -56,7 +57,8 @@ def test_weight_sync_through_the_worker_extension(vllm_url, tiny_model, perturbe
     run = subprocess.run(
         [
             sys.executable,
-            "deploy/vllm/check_weight_sync.py",
+            "-m",
+            "deploy.vllm.check_weight_sync",
             "--url",
             vllm_url,
             "--model",

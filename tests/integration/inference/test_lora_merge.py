@@ -13,7 +13,8 @@ import torch
 from services.inference.kv import KVBatch
 from services.inference.model import ModelRunner
 from services.inference.weights import apply_checkpoint, check_checkpoint, load_adapter, read_checkpoint, unload_adapter
-from shared.inference_client import InferenceClient, SyncInferenceClient
+from shared.inference_client import InferenceClient
+from shared.inference_sync import SyncInferenceClient
 from tests.integration.inference.conftest import server_settings
 
 PROMPTS = [[5, 17, 300, 42, 9, 77], [11, 22, 33], [400, 401, 402, 403, 404, 405, 406, 407], [8, 9]]

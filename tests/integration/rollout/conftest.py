@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from services.rollout.config import RolloutSettings
 from testing.fake_llm import FakeLLM, protocol_script
 from testing.serving import ThreadedServer

@@ -8,8 +8,7 @@ import random
 from agents.core.llm import PolicyState
 from services.rollout.weights import WeightFollower
 from shared.protocol import TrajectoryGroup
-from shared.staleness import AdmissionMarks
-from shared.stream import StreamQueue, served_count
+from shared.stream import AdmissionMarks, StreamQueue, served_count
 from tests.integration.trainer.harness import random_group
 
 

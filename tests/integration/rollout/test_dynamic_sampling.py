@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from agents.core.tokenizer import CharTokenizer
 from agents.datasets import load_prompts
+from agents.prompts import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics

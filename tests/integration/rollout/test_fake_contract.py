@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from agents.core.tokenizer import CharTokenizer, HFTokenizer
-from agents.prompts import search_agent_messages
+from agents.prompts import CharTokenizer, HFTokenizer, search_agent_messages
 from shared.inference_client import completion_body, parse_completion
 from testing.fake_llm import FakeLLM, protocol_script
 from testing.serving import ThreadedServer

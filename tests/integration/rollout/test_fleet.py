@@ -12,14 +12,14 @@ import contextlib
 import threading
 import time
 
-from agents.core.tokenizer import CharTokenizer
 from agents.datasets import load_prompts
+from agents.prompts import CharTokenizer
 from services.inference.app import start_heartbeat
 from services.inference.config import InferenceSettings
 from services.rollout.admission import Admission
 from services.rollout.config import RolloutSettings
 from services.rollout.embedding import hashing_embed
-from services.rollout.fleet_runner import FleetRunner
+from services.rollout.fleet import FleetRunner
 from services.rollout.fleet_watch import FleetWatch
 from services.rollout.metrics import RolloutMetrics
 from services.rollout.producer import Producer, PromptQueue

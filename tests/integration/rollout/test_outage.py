@@ -11,8 +11,8 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
-from agents.core.tokenizer import CharTokenizer
 from agents.datasets import load_prompts
+from agents.prompts import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.embedding import hashing_embed
 from services.rollout.metrics import RolloutMetrics

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from agents.core.tokenizer import HFTokenizer
 from agents.datasets import load_prompts
 from agents.prompts import (
+    HFTokenizer,
     decomposer_prompt,
     planner_messages,
     search_agent_messages,

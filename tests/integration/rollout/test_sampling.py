@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from services.rollout.config import RolloutSettings
 from services.rollout.runtime import agent_context
 from shared.inference_client import completion_body

@@ -12,8 +12,8 @@ import redis
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from agents.core.tokenizer import CharTokenizer
 from agents.datasets import load_prompts
+from agents.prompts import CharTokenizer
 from services.rollout.admission import Admission
 from services.rollout.app import build_app
 from services.rollout.embedding import hashing_embed

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from agents.core.tokenizer import CharTokenizer, HFTokenizer
+from agents.prompts import CharTokenizer, HFTokenizer
 from services.searcher.app import build_app
 from services.searcher.config import SearcherSettings
 from shared.protocol.search import SearchResponse

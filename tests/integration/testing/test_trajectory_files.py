@@ -1,6 +1,6 @@
 """The trajectory file counter run for real (``python -m testing.trajectory_files``): the tiny-cpu recipe's
 rollout and trainer with a real Redis, retriever and inference server, one trajectory traced from the producer
-to the optimizer step. Issue 43 asks that it pass at most 35 project files."""
+to the optimizer step. Issue 43 asks that it pass at most 35 project files; issue 52 lowered it to 25."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from tests.precision import FP32_ENV
 
 REPO = Path(__file__).resolve().parents[3]
-LIMIT = 35
+LIMIT = 25
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,6 @@ def test_the_count_is_a_sound_measurement_of_the_path(measured):
     assert run.returncode == (1 if m["count"] > LIMIT else 0)  # --max
 
 
-def test_one_trajectory_passes_at_most_35_files(measured):
+def test_one_trajectory_passes_at_most_25_files(measured):
     _, m = measured
     assert m["count"] <= LIMIT, f"{m['count']} files on the path: {json.dumps(m['files'], indent=1)}"

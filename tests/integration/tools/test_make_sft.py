@@ -43,7 +43,7 @@ def retriever_url(tmp_path_factory):
 
 @pytest.mark.slow
 def test_make_sft_uses_retrieved_documents_and_masks_them(tmp_path, retriever_url, capsys):
-    from agents.core.tokenizer import HFTokenizer
+    from agents.prompts import HFTokenizer
     from services.inference.factory import build_tiny_model, read_texts
 
     model = build_tiny_model(tmp_path / "model", read_texts([str(DATA / "corpus.jsonl")], limit=300))

@@ -16,10 +16,9 @@ import time
 
 import pytest
 
-from shared.inference_client import SyncInferenceClient
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import Sample, TrajectoryGroup
-from shared.staleness import AdmissionMarks
-from shared.stream import StreamQueue
+from shared.stream import AdmissionMarks, StreamQueue
 from tests.integration.trainer import harness as h
 
 GROUPS, N, NEW_TOKENS = 4, 8, 16

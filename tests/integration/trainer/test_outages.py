@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from shared.inference_client import SyncInferenceClient
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import TrajectoryGroup
 from shared.redis_server import RedisServer, free_port
 from shared.stream import StreamQueue

@@ -12,14 +12,13 @@ import time
 import pytest
 
 from services.rollout.loader import load_into
-from services.trainer.batch_loss import Objective
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
 from services.trainer.packing import TrainSeq
 from services.trainer.publish import Publisher
-from services.trainer.step import StepInput, train_step
+from services.trainer.step import Objective, StepInput, train_step
 from services.trainer.sync_check import max_abs_diff, server_sample, serves, wait_served
-from shared.inference_client import SyncInferenceClient
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import WeightUpdate
 from shared.stream import decode
 from tests.integration.trainer import harness as h

@@ -8,8 +8,7 @@ import random
 import pytest
 
 from shared.protocol import TrajectoryGroup, WeightUpdate
-from shared.staleness import AdmissionMarks
-from shared.stream import StreamQueue, decode
+from shared.stream import AdmissionMarks, StreamQueue, decode
 from tests.integration.trainer import harness as h
 
 PER_STEP = 2

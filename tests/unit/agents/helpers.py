@@ -7,10 +7,10 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from agents.core.context import AgentContext
+from agents.core.episode import AgentContext
 from agents.core.llm import Generation, PolicyGenerator, PolicyState, _generation
-from agents.core.tokenizer import CharTokenizer
 from agents.core.turns import Budget
+from agents.prompts import CharTokenizer
 from shared.inference_client import completion_body, parse_completion
 from shared.protocol.inference import CompletionRequest
 from shared.protocol.retrieval import RetrievedDocument

@@ -13,10 +13,9 @@ from agents import get_agent
 from agents.base import Scoring
 from agents.coda import CodaFacts, CoDAParams, known_answer, per_role_reward, split_tasks
 from agents.coda import reward as coda_reward
-from agents.core.tokenizer import CharTokenizer
 from agents.core.turns import Budget, validate_sequence
 from agents.datasets import PromptRecord
-from agents.prompts import PLANNER_SYSTEM
+from agents.prompts import PLANNER_SYSTEM, CharTokenizer
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 
 QUESTION = "Where was the author of Hamlet born?"
@@ -125,8 +124,7 @@ async def test_the_question_delegated_whole_runs_its_executor_when_nothing_is_kn
 
 
 def test_facts_whose_executed_flags_miss_the_executors_are_an_error():
-    from agents.core.context import Episode
-    from agents.core.trajectory import TokenTrajectory
+    from agents.core.episode import Episode, TokenTrajectory
 
     episode = Episode(main=TokenTrajectory([1], role="planner"), children=[TokenTrajectory([1], role="executor")])
     episode.facts = CodaFacts(("a?", "a?"), ("x", "x"), (True, True))  # two ran, one child

@@ -10,10 +10,9 @@ import pytest
 
 from agents import get_agent
 from agents.base import Scoring
-from agents.core.tokenizer import CharTokenizer, HFTokenizer, env_frame
 from agents.core.turns import Budget
 from agents.datasets import PromptRecord
-from agents.prompts import format_documents
+from agents.prompts import CharTokenizer, HFTokenizer, env_frame, format_documents
 from agents.search_r1 import demonstration, reward
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
 

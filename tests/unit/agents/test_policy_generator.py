@@ -4,7 +4,7 @@ sent out while the rollout loads the weights again (the generator only waits); t
 from __future__ import annotations
 
 from agents.core.llm import PolicyGenerator, PolicyState
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from shared.inference_client import completion_body, parse_completion
 from shared.protocol.inference import CompletionRequest
 from testing.fake_llm import FakeLLM

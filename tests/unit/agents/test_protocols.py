@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents import get_agent
-from agents.core.context import Episode
+from agents.core.episode import Episode
 from agents.core.turns import Budget
 from agents.datasets import PromptRecord
 from agents.prompts import (
@@ -248,7 +248,7 @@ async def test_lora_version_switch_changes_model_and_token_versions():
     assert set(trained_versions) == {3, 4} and episode.main.to_sample().min_version() == 3
 
 
-from agents.core.tokenizer import CharTokenizer  # noqa: E402
+from agents.prompts import CharTokenizer  # noqa: E402
 
 CTX_TOK = CharTokenizer()
 

@@ -12,9 +12,8 @@ import pytest
 
 from agents import get_agent
 from agents.core.llm import Generation, whole_tokens
-from agents.core.tokenizer import plain_render, plain_turn
 from agents.datasets import PromptRecord
-from agents.prompts import PLANNER_SYSTEM
+from agents.prompts import PLANNER_SYSTEM, plain_render, plain_turn
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx
 
 EOS = "<|eos|>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.core.tokenizer import HFTokenizer
+from agents.prompts import HFTokenizer
 from tests.unit.agents.helpers import DEFAULT_SYSTEM, smol_template_folder
 
 

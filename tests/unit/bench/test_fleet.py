@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from shared.inference_client import completion_body
 from testing.fake_llm import FakeLLM, protocol_script
 

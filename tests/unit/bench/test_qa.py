@@ -401,7 +401,9 @@ def test_every_arm_has_its_recipe_training_and_environment(qa):
             {"CODA_TRAINER_ADVANTAGE": "rft", "CODA_TRAINER_RFT_THRESHOLD": "0"},
         ),
     }
-    assert list(qa.ARMS) == list(expected) == list(qa.METHODS)
+    from bench._qa_arms import METHODS
+
+    assert list(qa.ARMS) == list(expected) == list(METHODS)
     for name, (stem, agent, training, env) in expected.items():
         arm = qa.ARMS[name]
         assert (arm.training, arm.env) == (training, env), name

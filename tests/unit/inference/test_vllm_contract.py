@@ -16,11 +16,11 @@ import pytest
 from shared.inference_client import (
     InferenceClient,
     InferenceError,
-    SyncInferenceClient,
     completion_body,
     error_message,
     parse_completion,
 )
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol.inference import CompletionRequest, ModelList
 from shared.retry import RetryPolicy
 

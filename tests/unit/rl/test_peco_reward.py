@@ -13,9 +13,8 @@ from agents.answers import token_f1
 from agents.base import Scoring
 from agents.coda import CodaFacts
 from agents.coda import reward as coda_episode_reward
-from agents.core.context import Episode, RewardResult
+from agents.core.episode import Episode, RewardResult, TokenTrajectory
 from agents.core.llm import Generation
-from agents.core.trajectory import TokenTrajectory
 from agents.core.turns import nonempty_role_format_score, nonempty_tag_format_score, role_format_score
 from agents.datasets import HELDOUT, PromptRecord
 from agents.plans import SubQuestion, plan_for_record

@@ -9,8 +9,8 @@ import httpx
 import redis
 
 from agents.datasets import PromptRecord
+from services.rollout.admission import DependencyGate, outage_dependency
 from services.rollout.metrics import RolloutMetrics
-from services.rollout.outage import DependencyGate, outage_dependency
 from services.rollout.producer import PromptQueue
 from shared.inference_client import InferenceError
 from shared.retry import classify

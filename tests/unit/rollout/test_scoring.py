@@ -8,9 +8,8 @@ import math
 import pytest
 
 from agents import get_agent
-from agents.core.context import Episode, RewardResult
+from agents.core.episode import Episode, RewardResult, TokenTrajectory
 from agents.core.llm import Generation
-from agents.core.trajectory import TokenTrajectory
 from agents.datasets import PromptRecord
 from agents.prompts import FINAL_ANSWER_NUDGE, INVALID_PLANNER_ACTION, INVALID_SEARCH_ACTION
 from services.rollout.config import RolloutSettings

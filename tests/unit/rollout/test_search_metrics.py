@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from agents.core.context import Episode, SearchTrace
-from agents.core.trajectory import TokenTrajectory
+from agents.core.episode import Episode, SearchTrace, TokenTrajectory
 from agents.datasets import PromptRecord
 from services.rollout.eval import summarise
 from services.rollout.scoring import search_metrics

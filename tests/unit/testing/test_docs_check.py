@@ -5,20 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from testing.docs_check import (
-    anchors,
     check_examples,
     check_links,
     check_pointers,
-    check_snippets,
     example_commands,
     make_invocation,
     makefile_targets,
     makefile_variables,
     python_invocation,
-    render_snippet,
     run_checks,
-    slug,
 )
+from testing.docs_pages import anchors, slug
+from testing.docs_snippets import check_snippets, render_snippet
 
 MAKEFILE = """\
 RECIPE ?= x

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from agents.answers import exact_match, normalize_answer, token_f1
 from shared.tags import close_tag, open_tag
-from testing.trajectory_files import MEASURED, OPTIMIZER_STEP, REPO, STEP, Measurement, Tracer, render
+from testing.trajectory_tracer import MEASURED, OPTIMIZER_STEP, REPO, STEP, Measurement, Tracer, render
 
 ANSWERS, TAGS = "agents/answers.py", "shared/tags.py"
 

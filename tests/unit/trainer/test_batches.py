@@ -6,7 +6,7 @@ import pytest
 
 from services.trainer.batches import group_check, teaching, to_sequences
 from services.trainer.rl.advantages import trajectory_advantages
-from shared.staleness import sample_staleness
+from shared.stream import sample_staleness
 from tests.factories import make_group, make_sample
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from agents.coda import split_tasks
 from agents.core.demonstrations import Style
-from agents.core.tokenizer import HFTokenizer
 from agents.plans import plan
+from agents.prompts import HFTokenizer
 from agents.rewards.peco import restates
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import smol_template_folder

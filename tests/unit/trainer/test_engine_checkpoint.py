@@ -8,12 +8,11 @@ import pytest
 import torch
 
 from services.trainer import checkpoint
-from services.trainer.batch_loss import RlSums
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
 from services.trainer.metrics import RlMetrics
 from services.trainer.packing import TrainSeq
-from services.trainer.step import StepInput, train_step
+from services.trainer.step import RlSums, StepInput, train_step
 from tests.unit.trainer.tiny import tiny_qwen2
 
 

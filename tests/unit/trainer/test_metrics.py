@@ -14,7 +14,6 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from services.trainer.batch_loss import Objective, RlSums
 from services.trainer.checkpoint import TrainState
 from services.trainer.config import TrainerSettings
 from services.trainer.metrics import (
@@ -32,7 +31,7 @@ from services.trainer.metrics import (
 from services.trainer.observe import Observer
 from services.trainer.packing import TrainSeq, pack
 from services.trainer.rl.red import REDConfig, REDState, red_weights
-from services.trainer.step import StepMetrics, StepResult
+from services.trainer.step import Objective, RlSums, StepMetrics, StepResult
 from services.trainer.step_record import Rollouts, step_record
 from shared.stream import QueueStats
 from tests.factories import make_group, make_weight_update

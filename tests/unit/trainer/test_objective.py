@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.trainer.batch_loss import Objective, RlSums
 from services.trainer.config import TrainerSettings
 from services.trainer.metrics import RlMetrics
 from services.trainer.packing import TrainSeq, pack
+from services.trainer.step import Objective, RlSums
 
 
 def _batch(adv: float = 1.0, old: float = -1.0):

@@ -8,8 +8,7 @@ import random
 import torch
 
 from services.trainer.logprobs import PolicyLogprobs, batch_inputs
-from services.trainer.packing import TrainSeq, pack
-from services.trainer.prefix_tree import loss_view, pack_shared
+from services.trainer.packing import TrainSeq, loss_view, pack, pack_shared
 from tests.unit.trainer.test_packing import _seqs
 from tests.unit.trainer.tiny import tiny_qwen2
 
@@ -154,7 +153,7 @@ def test_sequences_without_a_shared_prompt_pack_as_before():
 
 def test_a_tree_is_as_large_as_its_samples_less_what_each_shares_with_an_earlier_one():
     """The size ``pack_shared`` budgets with (sample by sample) is the size of the tree it builds."""
-    from services.trainer.prefix_tree import _roots, _shared_positions
+    from services.trainer.packing import _roots, _shared_positions
 
     seqs = _episodes()
     (root,) = _roots(seqs, cap=10_000, min_prefix=8)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from services.trainer import checkpoint
-from services.trainer.ranks import Ranks, lost_rank
+from services.trainer.batches import Ranks, lost_rank
 
 
 def test_lost_rank_knows_gloo_and_torch_distributed_errors_and_nothing_else():

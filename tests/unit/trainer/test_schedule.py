@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.schedule import lr_multiplier
+from services.trainer.step import lr_multiplier
 
 
 def test_warmup_then_constant():

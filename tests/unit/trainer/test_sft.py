@@ -9,7 +9,7 @@ import re
 import pytest
 
 from agents.core.demonstrations import Style, supported
-from agents.core.tokenizer import CharTokenizer
+from agents.prompts import CharTokenizer
 from agents.search_r1 import demonstration
 from services.trainer.sft import SftData
 from shared.protocol.retrieval import RetrievedDocument

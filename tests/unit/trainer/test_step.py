@@ -6,12 +6,11 @@ import random
 
 import pytest
 
-from services.trainer.batch_loss import Objective
 from services.trainer.batches import teaching
 from services.trainer.config import TrainerSettings
 from services.trainer.engine import build_engine, init_distributed
 from services.trainer.packing import TrainSeq
-from services.trainer.step import StepInput, train_step
+from services.trainer.step import Objective, StepInput, train_step
 from tests.unit.trainer.tiny import tiny_qwen2
 
 

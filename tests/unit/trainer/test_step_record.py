@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.trainer.batch_loss import RlSums
 from services.trainer.checkpoint import TrainState
 from services.trainer.metrics import RlMetrics, line
 from services.trainer.rl.red import REDWeights
-from services.trainer.step import StepMetrics, StepResult
+from services.trainer.step import RlSums, StepMetrics, StepResult
 from services.trainer.step_record import Rollouts, step_record
 from shared.protocol import Sample, TrajectoryGroup, WeightUpdate
 from shared.stream import QueueStats

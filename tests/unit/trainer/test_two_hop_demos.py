@@ -14,11 +14,10 @@ from agents import get_agent
 from agents.base import Scoring
 from agents.coda import reward as coda_reward
 from agents.core.demonstrations import Style
-from agents.core.tokenizer import HFTokenizer, env_frame
 from agents.core.turns import Budget
 from agents.datasets import PromptRecord
 from agents.plans import plan
-from agents.prompts import PLANNER_SYSTEM
+from agents.prompts import PLANNER_SYSTEM, HFTokenizer, env_frame
 from agents.search_r1 import reward as search_r1_reward
 from shared.protocol.retrieval import RetrievedDocument
 from tests.unit.agents.helpers import VLLMLikeGenerator, make_ctx, smol_template_folder
