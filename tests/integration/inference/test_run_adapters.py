@@ -19,7 +19,8 @@ from services.rollout.config import RolloutSettings
 from services.rollout.fleet import normalize
 from services.rollout.weight_sync import WeightSync
 from services.trainer import publish
-from shared.inference_client import InferenceError, SyncInferenceClient
+from shared.inference_client import InferenceError
+from shared.inference_sync import SyncInferenceClient
 from shared.protocol import parse_adapter_name
 from tests.integration.inference.conftest import max_diff, server_settings
 
