@@ -4,6 +4,7 @@ tags of format rewards, the strict grammars and the stop strings are read from t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
 import pytest
@@ -53,3 +54,25 @@ def test_a_role_writes_vocabulary_tags_and_no_observation_tags():
 def test_a_role_without_a_grammar_validates_nothing():
     bare = AgentRole("planner")  # a JSON planner (recursive-reasoner): no tags, no grammar
     assert not bare.matches(["think", "answer"]) and bare.stop_strings == []
+
+
+def test_two_agents_may_not_declare_one_role_differently(monkeypatch):
+    import agents
+    from agents.coda import PLANNER
+
+    other = AgentRole("planner", tags=("think", "answer"), actions=("answer",), grammar="think answer ")
+    entries = {
+        "a": AGENTS["coda"],
+        "json": AGENTS["recursive-reasoner"],  # a bare planner beside a tagged one is fine
+        "b": replace(AGENTS["coda"], name="b", roles=(other,)),
+    }
+    monkeypatch.setattr(agents, "_collect", lambda: entries)
+    agents.roles.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="declares role 'planner' unlike another agent"):
+            agents.roles()
+        del entries["b"]
+        agents.roles.cache_clear()
+        assert agents.roles()["planner"] == PLANNER
+    finally:
+        agents.roles.cache_clear()
