@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agents.base import Agent, AgentParams
     from agents.core.demonstrations import DemoFormat
+    from agents.core.turns import AgentRole
 
 # The agent modules, each holding one agent protocol (or a few variants of one) whole.
 AGENT_MODULES = ("search_r1", "coda", "naive_rag", "tool_agent", "recursive_reasoner", "single_turn")
@@ -56,6 +57,28 @@ def __getattr__(name: str) -> object:
     if name in _BASE:
         return getattr(importlib.import_module("agents.base"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def roles() -> dict[str, AgentRole]:
+    """The trajectory roles the agents declare (``Agent.roles``) by name, in the list's order: the tables of role
+    tags, grammars and stop strings (``agents.core.turns``) read them from here.
+
+    Several agents may declare one name (a ``policy``, a ``planner``); where more than one declares tags or a
+    grammar for it, they must declare the same (a role's format score and grammar are keyed by its name). A
+    declaration without tags or grammar (a JSON planner, a tool-calling policy) only names the wire role.
+    """
+    found: dict[str, AgentRole] = {}
+    for agent in _collect().values():
+        for role in agent.roles:
+            known = found.get(role.name)
+            if known is None or (not known.tags and known.grammar is None):
+                found[role.name] = role
+            elif (role.tags or role.grammar is not None) and role != known:
+                raise RuntimeError(
+                    f"agent {agent.name!r} declares role {role.name!r} unlike another agent: {role} ≠ {known}"
+                )
+    return found
 
 
 def get_agent(name: str) -> Agent:
@@ -102,4 +125,5 @@ __all__ = [
     "episode_reward",
     "get_agent",
     "load_reward",
+    "roles",
 ]

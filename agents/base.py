@@ -2,7 +2,8 @@
 (``Scoring``) and how rewards are named and loaded.
 
 An ``Agent`` entry binds an agent protocol to everything that varies with it: the episode driver, the reward, the
-services its episodes reach, the roles it trains and its default answer metric. The rollout, its eval and
+services its episodes reach, the roles it trains (``AgentRole``: the tags each writes, its grammar and stop
+strings, declared in the agent's module) and its default answer metric. The rollout, its eval and
 ``make train`` ask the entry instead of branching on the agent's name. (The class keeps its old name for now;
 "recipe" elsewhere means the experiment's TOML file, ``configs/*.toml``.)
 
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 from pydantic import BaseModel, ConfigDict
 
 from agents.core.episode import AgentContext, Episode, RewardResult
+from agents.core.turns import AgentRole
 from agents.datasets import PromptRecord
 
 if TYPE_CHECKING:
@@ -91,7 +93,9 @@ class Agent:
     run: AgentFn  # the episode driver
     reward: str  # default reward, ``module:function`` (``[rollout] reward`` replaces it)
     needs: frozenset[str] = frozenset()  # services its episodes call: retriever, searcher, frozen (worker)
-    roles: tuple[str, ...] = ("policy",)  # trajectory roles it trains
+    # The trajectory roles it trains, declared in its module (their tags, grammar, stop strings; ``agents.roles()``
+    # collects them). Default: a ``policy`` that declares no tags.
+    roles: tuple[AgentRole, ...] = (AgentRole("policy"),)
     metric: str = "em"  # default answer metric (``[rollout] answer_metric`` replaces it)
     combine: GroupCombine | None = None  # a group-level re-combination of the rewards' components
     answer_extras: Callable[[PromptRecord, str | None], dict[str, float]] | None = None  # more eval scores

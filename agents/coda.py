@@ -56,7 +56,7 @@ from agents.answers import normalize_answer
 from agents.base import Agent, AgentParams, Scoring, episode_reward
 from agents.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble
 from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory, search_documents
-from agents.core.turns import Action, Observation, RoleSpec, run_turns
+from agents.core.turns import Action, AgentRole, Observation, RoleSpec, run_turns
 from agents.datasets import PromptRecord
 from agents.plans import HopPlan, plan_for_record
 from agents.prompts import (
@@ -69,6 +69,22 @@ from agents.prompts import (
 )
 from agents.rewards.formulas import ExecutorRun, coda_reward
 from agents.rewards.peco import RESTATES, ExecutorTurns, peco_reward, restates
+
+# The roles it trains, one model playing both. A planner's <task> block may hold several sub-questions (one per
+# line): one <result> each. The executor prompt asks for a <refine> summary after every search; a further <think>
+# is optional.
+PLANNER = AgentRole(
+    "planner",
+    tags=("think", "task", "answer"),
+    actions=("task", "answer"),
+    grammar=r"think (?:task (?:result )+think )*answer ",
+)
+EXECUTOR = AgentRole(
+    "executor",
+    tags=("think", "search", "refine", "answer"),
+    actions=("search", "answer"),
+    grammar=r"think (?:search documents refine (?:think )?)*answer ",
+)
 
 
 class CoDAParams(AgentParams):
@@ -151,9 +167,9 @@ async def run_executor(ctx: AgentContext, task: str, parent_id: str) -> Executor
         return Observation.wrapped("documents", blocks[0])
 
     spec = RoleSpec(
-        actions=("search", "answer"),
+        actions=EXECUTOR.actions,
         invalid_message=INVALID_SEARCH_ACTION,
-        budget=ctx.budget("executor"),
+        budget=ctx.budget(EXECUTOR.name),
         forced_final=True,
         env_frame=ctx.env_frame,
     )
@@ -192,9 +208,9 @@ async def run_coda(ctx: AgentContext, record: PromptRecord) -> Episode:
         return Observation(content=(after + before).join(results), before=before, after=after, tag="result")
 
     spec = RoleSpec(
-        actions=("task", "answer"),
+        actions=PLANNER.actions,
         invalid_message=INVALID_PLANNER_ACTION,
-        budget=ctx.budget("planner"),
+        budget=ctx.budget(PLANNER.name),
         forced_final=True,
         env_frame=ctx.env_frame,
     )
@@ -391,7 +407,7 @@ _CODA = dict(
     run=run_coda,
     reward="agents.coda:reward",
     needs=frozenset({"retriever"}),
-    roles=("planner", "executor"),
+    roles=(PLANNER, EXECUTOR),
     metric="f1",
     params=CoDAParams,
     demonstrations=DEMONSTRATIONS,

@@ -21,6 +21,7 @@ from agents.answers import numeric_match, parse_number
 from agents.base import Agent, AgentParams, Scoring, episode_reward
 from agents.core.episode import AgentContext, Episode, RewardResult, TokenTrajectory
 from agents.core.llm import Generator
+from agents.core.turns import AgentRole
 from agents.datasets import PromptRecord
 from agents.prompts import decomposer_prompt, worker_combine_prompt, worker_direct_prompt, worker_solve_prompt
 from agents.rewards.formulas import recursive_reasoner_reward
@@ -122,13 +123,16 @@ def numeric(record: PromptRecord, answer: str | None) -> dict[str, float]:
     return {"numeric": numeric_match(answer, golds[0]) if golds else 0.0}
 
 
+# The role it trains: a planner that writes JSON, not tags (no format tags, no grammar; its reward parses the plan).
+PLANNER = AgentRole("planner")
+
 AGENTS = (
     Agent(
         "recursive-reasoner",
         run_recursive_reasoner,
         reward="agents.recursive_reasoner:reward",
         needs=frozenset({"frozen"}),
-        roles=("planner",),
+        roles=(PLANNER,),
         answer_extras=numeric,
         params=RecursiveReasonerParams,
         description="a JSON planner decomposes math problems for a frozen worker",

@@ -23,7 +23,7 @@ from agents.answers import AnswerMetric, answer_reward, sub_exact_match
 from agents.base import Agent, AgentParams, Scoring, episode_reward
 from agents.core.demonstrations import Demo, DemoFormat, Question, Search, Style, Writer, Written, assemble, supported
 from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory, search_documents
-from agents.core.turns import Action, Observation, RoleSpec, is_valid_sequence, run_turns
+from agents.core.turns import Action, AgentRole, Observation, RoleSpec, is_valid_sequence, run_turns
 from agents.datasets import PromptRecord
 from agents.prompts import INLINE, INVALID_SEARCH_ACTION, NO_RESULTS, search_agent_messages
 
@@ -40,9 +40,20 @@ class SearchR1Params(AgentParams):
     )
 
 
+# The roles it trains: a flat policy (search-r1) and a thinker whose searches the searcher service runs; both
+# think → (search → information → think)* → answer.
+POLICY = AgentRole(
+    "policy",
+    tags=("think", "search", "answer"),
+    actions=("search", "answer"),
+    grammar=r"think (?:search information think )*answer ",
+)
+THINKER = AgentRole("thinker", tags=POLICY.tags, actions=POLICY.actions, grammar=POLICY.grammar)
+
+
 def flat_spec(ctx: AgentContext, role: str) -> RoleSpec:
     return RoleSpec(
-        actions=("search", "answer"),
+        actions=POLICY.actions,
         invalid_message=INVALID_SEARCH_ACTION,
         budget=ctx.budget(role),
         env_frame=ctx.env_frame,
@@ -182,7 +193,7 @@ AGENTS = (
         run_search_r1,
         reward="agents.search_r1:reward",
         needs=frozenset({"retriever"}),
-        roles=("policy",),
+        roles=(POLICY,),
         demonstrations=DEMONSTRATIONS,
         description="one policy: think, search the retriever, answer (Search-R1)",
     ),
@@ -191,7 +202,7 @@ AGENTS = (
         run_thinker,
         reward="agents.search_r1:reward",
         needs=frozenset({"searcher"}),
-        roles=("thinker",),
+        roles=(THINKER,),
         params=SearchR1Params,
         demonstrations=DEMONSTRATIONS,
         description="a trained Thinker delegates searches to the frozen searcher service",
@@ -221,7 +232,7 @@ def search_r1_reward(
       wrong & invalid → final (0 when there is no answer at all).
     """
     base = answer_reward(answer, golds, metric)
-    valid = is_valid_sequence(action_text, "policy")
+    valid = is_valid_sequence(action_text, POLICY.name)
     hit = any(sub_exact_match(block, golds) for block in information)
     components = {**base.components, "valid_format": float(valid), "retrieval_hit": float(hit)}
     if structure_format_score == final_format_score == retrieval_score == 0.0:

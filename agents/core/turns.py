@@ -19,6 +19,7 @@ Protocol (shared by all agents, parameterised per role by ``RoleSpec``):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from agents.core.llm import Generation, Generator, whole_tokens
 from agents.prompts import FINAL_ANSWER_NUDGE, INLINE, OBSERVATION_WRAP, TokenizerLike
-from shared.tags import ROLE_TAGS, TAGS, close_tag, open_tag
+from shared.tags import TAGS, close_tag, open_tag
 
 if TYPE_CHECKING:  # episode.py imports Budget from here
     from agents.core.episode import TokenTrajectory
@@ -77,6 +78,47 @@ def parse_tag_actions(text: str, tags: tuple[str, ...]) -> list[Action]:
 
 
 ActFn = Callable[[list[Action]], Awaitable[Observation]]
+
+
+@dataclass(frozen=True)
+class AgentRole:
+    """A trajectory role as the agent that trains it declares it, beside its driver (``Agent.roles``).
+
+    ``agents.roles()`` collects the declarations into the tables the role-keyed helpers read: the tags a format
+    score counts (``role_format_score``), the strict grammar (``validate_sequence``) and the stop strings. The
+    name is the wire type's ``Role`` (``shared.protocol.trajectory``), which lists the declared names again
+    (``tests/unit/agents/test_roles.py`` checks that the two agree).
+    """
+
+    name: str  # the samples' ``role`` on the wire
+    tags: tuple[str, ...] = ()  # tags it writes itself (format rewards); () for a role that writes none
+    actions: tuple[str, ...] = ()  # the action tags among them, "answer" included: a turn ends at their closers
+    # Its strict grammar over the sequence of top-level tag blocks (space-joined, each followed by a space),
+    # observation tags included: a valid trajectory alternates call → observation. None: no grammar.
+    grammar: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tags if t not in TAGS]
+        if unknown:
+            raise ValueError(f"role {self.name!r}: tags {unknown} are not in shared.tags.TAGS")
+        if not set(self.actions) <= set(self.tags):
+            raise ValueError(f"role {self.name!r}: actions {self.actions} are not all among its tags {self.tags}")
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """Strings that end one of its turns: the closers of its action tags."""
+        return [close_tag(t) for t in self.actions]
+
+    def matches(self, tags: Sequence[str]) -> bool:
+        """Does the top-level tag sequence ``tags`` follow its grammar? (False where it has none.)"""
+        if self.grammar is None:
+            return False
+        return _compiled(self.grammar).fullmatch("".join(f"{t} " for t in tags)) is not None
+
+
+@functools.cache
+def _compiled(grammar: str) -> re.Pattern[str]:
+    return re.compile(grammar)
 
 
 @dataclass(frozen=True)
@@ -183,19 +225,10 @@ async def _forced_final(
         outcome.answer = spec.answer_on_eos(gen.text)
 
 
-# Format scores and the strict tag-sequence validator, beside the tag parser the turns use. Tag lists come from
-# ``shared.tags.ROLE_TAGS``, so a role is scored on the tags it writes itself whatever its prompt holds
-# (upstream CoDA picked the list by looking for ``<refine>`` in the text; ``docs/upstream.md``).
-# The strict grammar per role over the sequence of top-level tag blocks (space-joined, trailing space).
-# Observation tags are inserted by the environment, so a valid trajectory alternates call → observation.
-_GRAMMARS: dict[str, re.Pattern[str]] = {
-    "policy": re.compile(r"think (?:search information think )*answer "),
-    "thinker": re.compile(r"think (?:search information think )*answer "),
-    # A planner's <task> block may hold several sub-questions (one per line): one <result> each.
-    "planner": re.compile(r"think (?:task (?:result )+think )*answer "),
-    # The executor prompt asks for a <refine> summary after every search; a further <think> is optional.
-    "executor": re.compile(r"think (?:search documents refine (?:think )?)*answer "),
-}
+# Format scores and the strict tag-sequence validator, beside the tag parser the turns use. A role's tag list and
+# grammar are those its agent declares (``AgentRole``, collected by ``agents.roles()``), so a role is scored on the
+# tags it writes itself whatever its prompt holds (upstream CoDA picked the list by looking for ``<refine>`` in the
+# text; ``docs/upstream.md``).
 _BLOCK = re.compile(r"<(?P<tag>[a-z_]+)>(?P<body>.*?)</(?P=tag)>", re.DOTALL)
 _ANY_TAG = re.compile("|".join(re.escape(t) for tag in TAGS for t in (open_tag(tag), close_tag(tag))))
 
@@ -211,9 +244,15 @@ def tag_format_score(response: str, tags: Sequence[str]) -> float:
     return ok / len(tags)
 
 
+def _role(name: str) -> AgentRole:
+    from agents import roles  # the agents' declarations, collected on first use (they import this module)
+
+    return roles()[name]
+
+
 def role_format_score(response: str, role: str) -> float:
-    """``tag_format_score`` with the tags ``role`` writes itself (``shared.tags.ROLE_TAGS[role]``)."""
-    return tag_format_score(response, ROLE_TAGS[role])
+    """``tag_format_score`` with the tags ``role`` writes itself (its ``AgentRole.tags``)."""
+    return tag_format_score(response, _role(role).tags)
 
 
 def nonempty_tag_format_score(response: str, tags: Sequence[str]) -> float:
@@ -230,8 +269,8 @@ def nonempty_tag_format_score(response: str, tags: Sequence[str]) -> float:
 
 
 def nonempty_role_format_score(response: str, role: str) -> float:
-    """``nonempty_tag_format_score`` with the tags ``role`` writes itself (``shared.tags.ROLE_TAGS[role]``)."""
-    return nonempty_tag_format_score(response, ROLE_TAGS[role])
+    """``nonempty_tag_format_score`` with the tags ``role`` writes itself (its ``AgentRole.tags``)."""
+    return nonempty_tag_format_score(response, _role(role).tags)
 
 
 def _filled(response: str, tag: str) -> bool:
@@ -266,20 +305,20 @@ def tag_sequence(response: str) -> tuple[list[str] | None, str]:
 
 
 def validate_sequence(response: str, role: str = "policy") -> tuple[bool, str]:
-    """Strict validator: does ``response`` follow its role's grammar? Returns ``(valid, reason)``.
-
-    Grammars (top-level blocks, whitespace only between them; the response is the text after the prompt):
-      policy/thinker: think → (search → information → think)* → answer
-      planner:        think → (task → result+ → think)* → answer
-      executor:       think → (search → documents → refine → think?)* → answer
+    """Strict validator: does ``response`` follow its role's grammar (``AgentRole.grammar``, declared by the
+    role's agent)? Returns ``(valid, reason)``. Top-level blocks, whitespace only between them; the response is
+    the text after the prompt. E.g. policy/thinker (``agents.search_r1``): think → (search → information →
+    think)* → answer; planner and executor: ``agents.coda``.
     """
     tags, reason = tag_sequence(response)
     if tags is None:
         return False, reason
     if not tags:
         return False, "no tag blocks"
-    joined = "".join(f"{t} " for t in tags)
-    if _GRAMMARS[role].fullmatch(joined) is None:
+    spec = _role(role)
+    if spec.grammar is None:
+        return False, f"the {role} role declares no grammar"
+    if not spec.matches(tags):
         return False, f"tag order {' → '.join(tags)} does not match the {role} grammar"
     return True, ""
 

@@ -16,6 +16,9 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 # Which agent role produced a sample. ``policy`` is the flat single-role agent (search-r1, tool-agent).
+# The roles are declared by the agents (``Agent.roles``, collected by ``agents.roles()``); shared/ may not import
+# agents/, so this closed set, which the trainer validates, lists their names again. A role an agent declares must
+# be added here: tests/unit/agents/test_roles.py fails until the two sets agree.
 Role = Literal["policy", "planner", "executor", "thinker"]
 # The layout TrajectoryGroup writes; see the module docstring for what each version changed.
 WIRE_VERSION = 2
