@@ -34,6 +34,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from services.inference.bf16_weights import shared_params, weights_in_bf16
 from services.inference.kv import KVBatch
 from services.inference.prefix import Hit
 from shared.log import get_logger
@@ -75,7 +76,7 @@ class ModelRunner:
         self.base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=weights_dtype).to(self.device).eval()
         self.base.requires_grad_(False)
         if self.autocast:
-            _linears_in_bf16(self.base)
+            weights_in_bf16(self.base)
         self.model = self.base  # becomes a peft.PeftModel while adapters are loaded
         self.adapters: set[str] = set()  # names of the loaded LoRA adapters (kept by services.inference.lora)
         self.params: dict[str, torch.Tensor] = dict(self.base.named_parameters())
@@ -87,7 +88,7 @@ class ModelRunner:
         self.unmergeable: set[str] = set()  # adapters peft cannot merge exactly (variants, tied weights)
         self.on_merge: Callable[[str], None] | None = None  # told "merge" / "unmerge" (metrics)
         self._restore: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (param, flat index, value)
-        self._shared = _shared_params(self.base)
+        self._shared = shared_params(self.base)
         self.tied = bool(getattr(self.base.config, "tie_word_embeddings", False))
         config_len = int(getattr(self.base.config, "max_position_embeddings", 2048))
         self.max_model_len = min(max_model_len or config_len, config_len)
@@ -359,61 +360,6 @@ class ModelRunner:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
-def _linears_in_bf16(model: torch.nn.Module) -> None:
-    """Keep the weights of the linears autocast runs in bf16 as bf16; a tied one (the output head, whose weight an
-    embedding shares) keeps a bf16 copy beside it (``_BF16Head``).
-
-    Autocast casts an fp32 weight to bf16 at every forward: its cast cache holds only leaf tensors that require
-    grad, which a served model's do not. Stored in bf16 the cast is a no-op and the numbers are the same bits
-    (the cast rounds to nearest either way), while a decode step no longer copies every weight: 18% of a step
-    of 8 rows at 1,000 tokens of context, and 212 MB less resident memory for SmolLM2-135M."""
-    shared = _shared_params(model)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            if id(module.weight) in shared:
-                module.forward = _BF16Head(module)
-            else:
-                module.weight.data = module.weight.data.to(torch.bfloat16)
-    # The loaded tensors map the weights file, and the mapping lives while any of them does: reading the fp32
-    # weights above brought all of it into memory. Copies of the rest let it go (without them the bf16 linears
-    # would add 212 MB instead of saving it).
-    for tensor in [*model.parameters(), *model.buffers()]:
-        if tensor.dtype != torch.bfloat16:
-            tensor.data = tensor.data.clone()
-
-
-class _BF16Head:
-    """The forward of a linear whose weight is tied to an embedding (the output head), under autocast: its bf16
-    copy is kept and made again only when the weight changes (in place, a new version; or replaced), instead of
-    at every forward (for SmolLM2-135M a 113 MB cast, 14 of a decode step's 48 ms). The embedding keeps its fp32
-    weight, so the residual stream is what it was; the logits are the same bits."""
-
-    def __init__(self, linear: torch.nn.Linear) -> None:
-        self.linear, self.forward = linear, linear.forward
-        self.key: tuple[int, int] | None = None
-        self.weight: torch.Tensor | None = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_autocast_enabled(x.device.type):
-            return self.forward(x)
-        weight = self.linear.weight
-        key = (weight.data_ptr(), weight._version)
-        if key != self.key:
-            self.weight, self.key = weight.detach().to(torch.bfloat16), key
-        bias = self.linear.bias
-        return torch.nn.functional.linear(
-            x.to(torch.bfloat16), self.weight, None if bias is None else bias.to(torch.bfloat16)
-        )
-
-
 def _holds(layer, name: str) -> bool:
     """Whether a peft tuner layer carries adapter ``name`` (LoRA keeps linears' and embeddings' apart)."""
     return any(name in getattr(layer, attr, ()) for attr in ("lora_A", "lora_embedding_A"))
-
-
-def _shared_params(model: torch.nn.Module) -> set[int]:
-    """Ids of the parameters that more than one module uses (tied embeddings)."""
-    seen: dict[int, int] = {}
-    for _, param in model.named_parameters(remove_duplicate=False):
-        seen[id(param)] = seen.get(id(param), 0) + 1
-    return {key for key, count in seen.items() if count > 1}
