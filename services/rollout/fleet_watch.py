@@ -20,8 +20,8 @@ Every ``fleet_probe_s`` seconds, and at once after a weight update (``wake``), t
    between an announcement and the load the watch makes at once (the announcement wakes it); a server that
    joins or restarts later catches up the same way, and the trainer never knows the fleet. Under LoRA,
    adapters of another run (a server that outlived a Redis wipe holds the old run's ``vN``, or names of the
-   release before, without a run) are unloaded first, never counted as versions and never served; adapters
-   older than the ``keep_adapters`` newest are unloaded after the load (``max_loras`` bounds a server); the
+   release before, without a run) are unloaded first, never counted as versions and never served; so are
+   adapters that will be older than the ``keep_adapters`` newest (``max_loras`` bounds a server); the
    trainer deletes their folders. Several rollout replicas each run a
    watch: two may load one version into one server at once (a full reload twice, or a LoRA load refused as
    already loaded and logged); the next probe sees the server serve it either way.
@@ -192,11 +192,11 @@ class FleetWatch:
         client = self._client(url)
         log.info("policy server behind: loading the live weights", extra={"server": url, "version": event.version})
         try:
-            if event.kind == "lora":  # first: another run's adapters take slots the new one may need
-                await self._unload(client, self.stale(ids, event, foreign_only=True))
-            await load_update(client, event)
+            # First: the slots the new adapter needs. A rollout killed between a load and the unloads after it
+            # left its server at max_loras, which then refused every later load (the soak's rollout kill).
             if event.kind == "lora":
                 await self._unload(client, self.stale(ids, event))
+            await load_update(client, event)
         except (InferenceError, httpx.HTTPError, ValueError) as exc:
             log.warning(
                 "could not load the live weights into a policy server; trying again later",
@@ -208,10 +208,10 @@ class FleetWatch:
         self.loads += 1
         self.wake()  # probe it now: it takes episodes again from the next pick
 
-    def stale(self, ids: set[str], event: WeightUpdate, *, foreign_only: bool = False) -> list[str]:
-        """The adapters among ``ids`` to unload once ``event``'s is loaded: those of the served model from
-        another run than ``event``'s (or of no run: the release before), and (unless ``foreign_only``) this
-        run's older than the ``keep_adapters`` newest (``max_loras`` is small)."""
+    def stale(self, ids: set[str], event: WeightUpdate) -> list[str]:
+        """The adapters among ``ids`` to unload before ``event``'s is loaded: those of the served model from
+        another run than ``event``'s (or of no run: the release before), and this run's that will not be among
+        the ``keep_adapters`` newest once it is (``max_loras`` is small)."""
         live = parse_adapter_name(event.model_name)
         if live is None:
             return []
@@ -220,7 +220,7 @@ class FleetWatch:
             held = parse_adapter_name(name)
             if held is None or held.served != live.served:
                 continue  # not an adapter of this policy (another model the server serves)
-            if held.run != live.run or (not foreign_only and held.version <= live.version - self.keep_adapters):
+            if held.run != live.run or held.version <= live.version - self.keep_adapters:
                 out.append(name)
         return sorted(out)
 

@@ -193,5 +193,39 @@ def test_the_fleet_watch_unloads_another_runs_adapters_and_its_own_old_ones():
     ids |= {f"policy-{ours}-v{v}" for v in (1, 2, 3)} | {f"other-{theirs}-v1"}
     event = make_weight_update(version=4).model_copy(update={"model_name": f"policy-{ours}-v4"})
     foreign = ["policy-0000bbbb-v3", "policy-0000bbbb-v9", "policy-v3"]
-    assert watch.stale(ids, event, foreign_only=True) == foreign  # another model's adapters are left alone
+    # another model's adapters are left alone; this run's v3 is kept beside v4 (keep_adapters 2)
     assert watch.stale(ids, event) == sorted([*foreign, f"policy-{ours}-v1", f"policy-{ours}-v2"])
+
+
+async def test_a_full_server_is_made_room_for_before_the_load():
+    """A rollout killed between a load and its unloads leaves its server at max_loras: the next watch frees
+    the slots before it loads (it loaded after, so every load was refused and nothing was ever freed)."""
+    from agents.core.llm import PolicyState
+    from services.rollout.fleet import Fleet
+    from services.rollout.fleet_watch import FleetWatch
+    from shared.inference_client import InferenceError
+
+    run, max_loras = "0000aaaa", 4
+
+    class FullServer:
+        def __init__(self) -> None:
+            self.held = {f"policy-{run}-v{v}" for v in (222, 223, 224, 225)}  # keep_adapters 3, +1 loaded
+
+        async def load_lora(self, name: str, path: str, **_) -> None:
+            if len(self.held) >= max_loras:
+                raise InferenceError(f"HTTP 400: {max_loras} LoRA adapters are loaded")
+            self.held.add(name)
+
+        async def unload_lora(self, name: str) -> None:
+            self.held.discard(name)
+
+    state = PolicyState(model_name="policy", served_model_name="policy")
+    watch = FleetWatch(
+        Fleet(["http://a"], state.live_version), state, redis_client=None, servers_key="", every_s=1, keep_adapters=3
+    )
+    server = FullServer()
+    watch.clients["http://a"] = server
+    event = make_weight_update(version=226).model_copy(update={"model_name": f"policy-{run}-v226"})
+    await watch._sync("http://a", event, {"policy", *server.held})
+    assert server.held == {f"policy-{run}-v{v}" for v in (224, 225, 226)}
+    assert watch.loads == 1
