@@ -309,7 +309,13 @@ def high_lr(args: argparse.Namespace) -> dict:
     soak = Soak(lr_args)
     soak.extra_env = {"CODA_TRAINER_LR": HIGH_LR}
     soak.say(f"induced: a separate run of {args.lr_minutes} min with CODA_TRAINER_LR={HIGH_LR}")
-    result = soak.run()
+    # In the environment of every process, as a user's `CODA_TRAINER_LR=2e-2 make train` would set it: the warm
+    # start's trainer too (the training's env alone left the warm start at the recipe's rate).
+    os.environ["CODA_TRAINER_LR"] = HIGH_LR
+    try:
+        result = soak.run()
+    finally:
+        os.environ.pop("CODA_TRAINER_LR", None)
     fired = sorted({a["line"].split()[1] for a in result["alerts"] if " cleared " not in a["line"]})
     return {
         "lr": HIGH_LR,
