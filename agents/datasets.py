@@ -28,8 +28,11 @@ fixed split of a dataset that has one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import logging
+import lzma
 import random
 import re
 from dataclasses import dataclass, field
@@ -37,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.answers import gsm8k_target
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = {
@@ -273,7 +278,8 @@ def load_bundled(name: str) -> list[PromptRecord]:
     if name not in BUNDLED:
         raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
     if name in FIXED_SPLITS:
-        return [_fixed_split(row, name, FIXED_SPLITS[name]) for row in _read_jsonl(BUNDLED[name])]
+        records = [_fixed_split(row, name, FIXED_SPLITS[name]) for row in _read_jsonl(BUNDLED[name])]
+        return _with_paragraph_evidences(records) if name == "2wiki-dev" else records
     records = read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
     if name == "hotpotqa":
         records = [
@@ -286,6 +292,47 @@ def load_bundled(name: str) -> list[PromptRecord]:
 def _fixed_split(row: dict[str, Any], name: str, fraction: float) -> PromptRecord:
     qid = str(row["id"])
     return _flashrag_record(row, name, HELDOUT if held_out(qid, fraction) else "train", qid)
+
+
+@functools.cache
+def _paragraphs(corpus: Path) -> dict[str, tuple[str, str]]:
+    """A bundled corpus by id: (title, paragraph), from rows ``{"id", "contents": "\"<title>\"\n<paragraph>"}``."""
+    out = {}
+    with lzma.open(corpus, "rt") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                title, _, text = str(row["contents"]).partition("\n")
+                out[str(row["id"])] = (title.strip().strip('"'), text)
+    return out
+
+
+def _with_paragraph_evidences(records: list[PromptRecord]) -> list[PromptRecord]:
+    """2Wiki train rows whose comparison has no evidence triples get them read from their gold paragraphs
+    (``agents.plan_values``), so make-sft and the rollout's per-role reward plan them alike. Held-out rows
+    are left as they are: their annotations never reach training."""
+    from agents.plan_values import paragraph_evidences
+
+    corpus = BUNDLED["2wiki-dev"].parent / "corpus.jsonl.xz"
+    if not corpus.is_file():
+        log.warning("%s missing: 2Wiki comparisons without evidence triples stay without a plan", corpus)
+        return records
+    paragraphs = _paragraphs(corpus)
+    out = []
+    for r in records:
+        ids = r.metadata.get("supporting_doc_ids") or []
+        if r.split == HELDOUT or r.metadata.get("evidences") or not ids:
+            out.append(r)
+            continue
+        docs = dict(paragraphs[str(i)] for i in ids if str(i) in paragraphs)
+        row = {"question": r.question, "golden_answers": r.golden_answers, "metadata": r.metadata}
+        evidences = paragraph_evidences(row, docs)
+        if evidences is None:
+            out.append(r)
+            continue
+        meta = {**r.metadata, "evidences": evidences, "evidences_source": "paragraphs"}
+        out.append(dataclasses.replace(r, metadata=meta))
+    return out
 
 
 def question_type(record: PromptRecord) -> str:

@@ -23,7 +23,8 @@ at the first ``</task>``); a later turn's build on an earlier turn's results:
 - **inference** (kinship): the relation split through ``KINSHIP`` (a paternal grandfather is the father's
   father, a mother-in-law the spouse's mother), or through the triples' own relations where a row has them.
 - **comparison**: the compared fact of each entity ("When was Red Kite released?"), its result the triple's value
-  (rows without triples: no tasks; their values would have to be read from the paragraphs). One turn of two tasks.
+  (2Wiki train rows without triples get them read from their gold paragraphs: ``agents.plan_values``; else
+  no tasks). One turn of two tasks.
 - **bridge_comparison**: four tasks, two hops for each compared entity (its director, then the director's
   compared fact), from the triples: two turns of two tasks (both directors, then both compared facts), so a
   planner needs no more turns for it than for a bridge (the recipes' ``max_turns = 3``: two turns, the answer).
