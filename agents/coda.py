@@ -39,7 +39,8 @@ sub-question per hop, the plan's turns (``HopPlan.turns``: a bridge's hops one p
 one turn, a bridge_comparison's four as two turns of two), each to its own executor whose documents hold that hop's
 expected result; the final answer of a bridge is its last executor's answer, word for word. A question the data
 splits is never taught as a restated task, nor is a 2Wiki question whose row has no triples to split it with.
-Otherwise (HotpotQA: no triples at all) the question is delegated whole.
+HotpotQA rows have no triples: a bridge question is split where ``agents.hotpot_plans`` finds the phrase naming its
+bridge entity (28 of the 198 bridge questions of the bundled train split); otherwise the question is delegated whole.
 """
 
 from __future__ import annotations
@@ -309,8 +310,8 @@ def _delegations(w: Writer, q: Question) -> list[dict]:
 def _unsplit_2wiki(q: Question) -> bool:
     """A 2Wiki question whose row has no triples to split it with (217 of the 999 training rows are comparisons
     or bridge_comparisons, 11 bridges): 2Wiki splits its other questions, so delegating this one whole would
-    teach a restating task where the planner should split. HotpotQA's rows have no triples at all: the question
-    delegated whole is all its planner can be shown."""
+    teach a restating task where the planner should split. HotpotQA's rows have no triples: a question
+    ``agents.hotpot_plans`` cannot split, delegated whole, is all its planner can be shown."""
     meta = q.row.get("metadata") or {}
     return q.plan is not None and not q.plan.tasks and meta.get("dataset") == "2wikimultihopqa"
 

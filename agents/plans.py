@@ -28,9 +28,12 @@ at the first ``</task>``); a later turn's build on an earlier turn's results:
 - **bridge_comparison**: four tasks, two hops for each compared entity (its director, then the director's
   compared fact), from the triples: two turns of two tasks (both directors, then both compared facts), so a
   planner needs no more turns for it than for a bridge (the recipes' ``max_turns = 3``: two turns, the answer).
+- **HotpotQA bridge** (no triples; the annotations do not say what links the hops): the same copy-edit where
+  ``agents.hotpot_plans`` finds the phrase describing the bridge entity (an of-phrase, a relative clause, "<start>
+  ... by an Italian physicist that ... since what year?"), checked to leave task 2 a question with no third hop:
+  28 of the 198 bridge questions of the bundled train split; the rest keep no tasks.
 A row with no tasks gets no planner demonstration that splits it; make-sft then writes the one-task
-demonstration only for a question without a plan (HotpotQA's free-form bridges: the annotations do not say what
-links the hops, and cutting the question at a relative clause parsed 7 of 107).
+demonstration only for a question without a plan.
 
 Held-out questions never get a plan at training time: ``plan_for_record`` refuses them, make-sft reads only the
 train split, and the bench reads held-out annotations only to measure what an eval did.
@@ -338,6 +341,10 @@ def plan(row: dict) -> HopPlan | None:
                     SubQuestion(question_for(r1, s1), (bridge,)),
                     SubQuestion(question_for(r2, bridge), tuple(golds)),
                 )
+        elif meta.get("dataset") == "hotpotqa":
+            from agents.hotpot_plans import hotpot_bridge  # imports this module's SubQuestion
+
+            tasks = hotpot_bridge(question, start, bridge, golds)
     else:
         compared = [t for t in titles if _named(t, question)]
         if len(compared) != 2:
