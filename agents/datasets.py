@@ -279,7 +279,7 @@ def load_bundled(name: str) -> list[PromptRecord]:
         raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
     if name in FIXED_SPLITS:
         records = [_fixed_split(row, name, FIXED_SPLITS[name]) for row in _read_jsonl(BUNDLED[name])]
-        return _with_paragraph_evidences(records) if name == "2wiki-dev" else records
+        return _with_paragraph_evidences(records, name)
     records = read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
     if name == "hotpotqa":
         records = [
@@ -307,15 +307,28 @@ def _paragraphs(corpus: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _with_paragraph_evidences(records: list[PromptRecord]) -> list[PromptRecord]:
-    """2Wiki train rows whose comparison has no evidence triples get them read from their gold paragraphs
-    (``agents.plan_values``), so make-sft and the rollout's per-role reward plan them alike. Held-out rows
-    are left as they are: their annotations never reach training."""
-    from agents.plan_values import paragraph_evidences
+def _paragraph_reader(name: str):
+    """The reader of a bundled dataset's comparison values from its gold paragraphs (None: no such reader)."""
+    if name == "2wiki-dev":
+        from agents.plan_values import paragraph_evidences
+    elif name == "hotpotqa-dev":
+        from agents.hotpot_values import paragraph_evidences
+    else:
+        return None
+    return paragraph_evidences
 
-    corpus = BUNDLED["2wiki-dev"].parent / "corpus.jsonl.xz"
+
+def _with_paragraph_evidences(records: list[PromptRecord], name: str = "2wiki-dev") -> list[PromptRecord]:
+    """Train rows whose comparison has no evidence triples (2Wiki's fifth without them, every HotpotQA one) get
+    them read from their gold paragraphs (``agents.plan_values``, ``agents.hotpot_values``), so make-sft and the
+    rollout's per-role reward plan them alike. Held-out rows are left as they are: their annotations never
+    reach training."""
+    reader = _paragraph_reader(name)
+    if reader is None:
+        return records
+    corpus = BUNDLED[name].parent / "corpus.jsonl.xz"
     if not corpus.is_file():
-        log.warning("%s missing: 2Wiki comparisons without evidence triples stay without a plan", corpus)
+        log.warning("%s missing: %s comparisons without evidence triples stay without a plan", corpus, name)
         return records
     paragraphs = _paragraphs(corpus)
     out = []
@@ -326,7 +339,7 @@ def _with_paragraph_evidences(records: list[PromptRecord]) -> list[PromptRecord]
             continue
         docs = dict(paragraphs[str(i)] for i in ids if str(i) in paragraphs)
         row = {"question": r.question, "golden_answers": r.golden_answers, "metadata": r.metadata}
-        evidences = paragraph_evidences(row, docs)
+        evidences = reader(row, docs)
         if evidences is None:
             out.append(r)
             continue

@@ -23,8 +23,8 @@ at the first ``</task>``); a later turn's build on an earlier turn's results:
 - **inference** (kinship): the relation split through ``KINSHIP`` (a paternal grandfather is the father's
   father, a mother-in-law the spouse's mother), or through the triples' own relations where a row has them.
 - **comparison**: the compared fact of each entity ("When was Red Kite released?"), its result the triple's value
-  (2Wiki train rows without triples get them read from their gold paragraphs: ``agents.plan_values``; else
-  no tasks). One turn of two tasks.
+  (train rows without triples get them read from their gold paragraphs: 2Wiki's by ``agents.plan_values``,
+  HotpotQA's by ``agents.hotpot_values``; else no tasks). One turn of two tasks.
 - **bridge_comparison**: four tasks, two hops for each compared entity (its director, then the director's
   compared fact), from the triples: two turns of two tasks (both directors, then both compared facts), so a
   planner needs no more turns for it than for a bridge (the recipes' ``max_turns = 3``: two turns, the answer).
@@ -69,6 +69,12 @@ RELATION_QUESTIONS = {
     "country": "Which country is {} in?",
     "educated at": "Where was {} educated?",
     "inception": "When was {} founded?",
+    # HotpotQA comparisons' relations (agents.hotpot_values); none of them is a 2Wiki relation.
+    "point in time": "When did {} take place?",
+    "height": "How tall is {}?",
+    "number of species": "How many species does {} have?",
+    "number of acts": "How many acts does {} have?",
+    "number of studio albums": "How many studio albums has {} released?",
 }
 # A kinship question's relation as two hops: (the first relation, then the second, of what the first found).
 # Only relations whose path is fixed: an uncle is a father's or a mother's sibling, which the words do not say
