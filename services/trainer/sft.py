@@ -102,7 +102,10 @@ class SftData:
             if any(mask):
                 role = row.get("role") or "policy"
                 split = role == "planner" and len(row.get("queries") or []) >= 2
-                self.rows.append(Demo(ids, mask, row.get("id"), role, split))
+                # A repeated demonstration (``copy`` 1, 2, ...: make-sft up-weights a row by writing it again) is a
+                # group of its own, so its copies land in different batches, not side by side.
+                qid = (row.get("id"), row["copy"]) if row.get("copy") else row.get("id")
+                self.rows.append(Demo(ids, mask, qid, role, split))
         if not self.rows:
             raise ValueError(f"{path}: no demonstration with a trained token")
         planners = [i for i, r in enumerate(self.rows) if r.role == "planner"]

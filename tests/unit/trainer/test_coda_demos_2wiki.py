@@ -124,7 +124,7 @@ def test_no_2wiki_row_is_taught_as_its_question_delegated_whole(built):
     )
     assert coverage[("comparison", "dropped")] == 36 and coverage[("bridge_comparison", "dropped")] == 10
     assert coverage[("compositional", "dropped")] + coverage[("inference", "dropped")] == 11
-    assert len([d for d in demos if d["role"] == "planner"]) == 942
+    assert len([d for d in demos if d["role"] == "planner" and not d.get("copy")]) == 942
 
 
 def test_a_comparison_weighs_both_entities_results_before_it_answers(built):
@@ -149,3 +149,17 @@ def test_a_comparison_weighs_both_entities_results_before_it_answers(built):
         ), row["id"]
         checked += 1
     assert checked == 169 + 226
+
+
+def test_a_kinship_planner_demonstration_is_written_kinship_repeats_times_each_its_own_group(built):
+    from agents.coda import KINSHIP_REPEATS
+    from agents.plans import question_type
+
+    rows, _, demos, _ = built
+    kinds = {r["id"]: question_type(r) for r in rows}
+    planners = Counter(d["id"] for d in demos if d["role"] == "planner")
+    by_kind = Counter((kinds[i], n) for i, n in planners.items())
+    assert by_kind[("inference", KINSHIP_REPEATS)] == 125 and by_kind[("compositional", 1)] == 422
+    assert {n for (kind, n) in by_kind if kind != "inference"} == {1}
+    copies = Counter(d.get("copy", 0) for d in demos if d["role"] == "planner")
+    assert copies == {0: 942, **{k: 125 for k in range(1, KINSHIP_REPEATS)}}

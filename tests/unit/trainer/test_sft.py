@@ -85,6 +85,17 @@ def test_without_balance_a_questions_rows_are_together_and_each_shown_once_an_ep
     assert sorted(_firsts(data.take(24, 24)[0])) == sorted(epoch)
 
 
+def test_a_repeated_demonstration_is_a_group_of_its_own(tmp_path):
+    # q0's planner written three times (copy 1 and 2 are make-sft's up-weighting): without the copy number the
+    # three would be one group, shown back to back in the same batch.
+    rows = [_demo(10 * q + 9, f"q{q}", "planner") for q in range(4)]
+    rows += [{**_demo(9, "q0", "planner"), "copy": k} for k in (1, 2)]
+    data = SftData(_write(tmp_path / "d.jsonl", rows), seed=0, planner_share=0)
+    assert sorted(len(g) for g in data.everything.groups) == [1] * 6
+    epoch = _firsts(data.take(0, 6)[0])
+    assert sorted(epoch) == [9, 9, 9, 19, 29, 39]
+
+
 def test_planner_rows_fill_half_of_every_batch_and_repeat(tmp_path):
     data = SftData(_coda_file(tmp_path / "d.jsonl"), seed=0)
     planner = [t % 10 == 9 for t in _firsts(data.take(0, 8)[0])]
