@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agents.rewards.peco import RESTATES  # a CoDA task that asks the whole question
 from bench._qa_arms import CODA_LIKE, DATASETS, METHODS, RL, TITLES, TRAINED
-from bench._qa_delegations import _share, hierarchy_stats
+from bench._qa_delegations import HOP1_RIGHT, _share, hierarchy_stats
 from bench._qa_delegations import mean as _mean
 from bench._qa_kinds import (
     CHOICE,
@@ -190,9 +190,10 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
             pct = lambda x: _num(x, "{:.0%}")  # noqa: E731
             out.append(
                 f"| {METHODS[method]} | {name} | {len({row['id'] for row in group})} × {len(runs)} | "
-                f"{_num(st['tasks_per_q'], '{:.2f}')} | {pct(st['split'])} | {pct(st['restating'])} | "
-                f"{pct(st['chain'])} | {st['planned']} | {_num(st['hop1_f1'], '{:.3f}')} | "
-                f"{_num(st['hop2_f1'], '{:.3f}')} | {pct(st['empty'])} | {_num(st['f1'], '{:.3f}')} |"
+                f"{_num(st['tasks_per_q'], '{:.2f}')} | {_num(st['plan_tasks'], '{:.2f}')} | {pct(st['split'])} | "
+                f"{pct(st['restating'])} | {pct(st['chain'])} | {st['planned']} | {_num(st['hop1_f1'], '{:.3f}')} | "
+                f"{_num(st['hop2_f1'], '{:.3f}')} | {_num(st['hop2_f1_hop1_right'], '{:.3f}')} ({st['hop1_right']}) | "
+                f"{pct(st['empty'])} | {pct(st['final_last'])} | {_num(st['f1'], '{:.3f}')} |"
             )
     if not out:
         return []
@@ -205,11 +206,15 @@ def hierarchy_table(doc: dict, dataset: str) -> list[str]:
         "annotations, read to measure only) expects at the same delegation index, over the planned questions (a "
         "delegation not made scores 0; hop 1 = the first half of the plan's sub-questions, hop 2 = the second "
         "half: a bridge's two hops, a comparison's two entities, a bridge_comparison's two first hops then two "
-        "second hops); executors that answered nothing; the final answer's F1.",
+        "second hops); hop-2 F1 where hop 1 was right: over the planned questions whose hop-1 F1 is ≥ "
+        f"{HOP1_RIGHT} (how many in brackets); executors that answered nothing; final answers that are the last "
+        "delegation's answer word for word (normalised); the final answer's F1. plan's tasks / q: the sub-questions "
+        "of the planned questions' plans.",
         "",
-        "| arm | type | questions × runs | tasks / q | split (≥ 2 tasks) | restating | chain | planned | hop-1 F1 | "
-        "hop-2 F1 | empty executor answers | final F1 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | type | questions × runs | tasks / q | plan's tasks / q | split (≥ 2 tasks) | restating | chain | "
+        "planned | hop-1 F1 | hop-2 F1 | hop-2 F1 where hop 1 right (n) | empty executor answers | "
+        "final = last executor's answer | final F1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *out,
     ]
 

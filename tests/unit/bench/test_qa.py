@@ -197,13 +197,17 @@ def test_coda_delegations_are_counted_from_the_eval_rows_facts(delegations, repo
         "restated": 1,
         "executor_f1": 1.0,
         "passed_on": False,
+        "passed_on_last": False,
         "empty_answers": 1,
         "chained": False,
         "planned": 0,
         "hop1_f1": None,
         "hop2_f1": None,
     }
-    assert delegations.delegations({**row, "prediction": "Lawrence, Kansas"})["passed_on"] is True
+    passed = delegations.delegations({**row, "prediction": "Lawrence, Kansas"})
+    assert passed["passed_on"] is True and passed["passed_on_last"] is True  # the third, last executor's
+    first = delegations.delegations({**row, "prediction": "University of Kansas"})
+    assert first["passed_on"] is True and first["passed_on_last"] is False
     assert delegations.delegations({"question": "q", "facts": None}) == {}  # a flat agent's row
 
 
@@ -319,10 +323,15 @@ def test_hierarchy_stats_by_hand(delegations, report):
     assert st["restating"] == pytest.approx(0.2) and st["chain"] == 0.5
     assert st["hop1_f1"] == pytest.approx(2 / 3) and st["hop2_f1"] == pytest.approx(2 / 9)
     assert st["empty"] == pytest.approx(0.4) and st["f1"] == 0.5
+    # Hop 1 right (F1 >= 0.5) on questions 1 and 3: their hop 2 (2/3 and 0) averaged; every plan has 2 tasks.
+    assert st["hop1_right"] == 2 and st["hop2_f1_hop1_right"] == pytest.approx(1 / 3) and st["plan_tasks"] == 2
+    # No row has a final answer (their predictions are empty), so none is its last executor's.
+    assert st["final_last"] == 0.0
 
 
 def test_the_report_tables_the_hierarchy_by_question_type(report, tmp_path):
-    base = {"em": 0.0, "searches": 1, "tokens": 20, "hit": 1.0, "passed_on": False, "executor_f1": 0.0}
+    base = {"em": 0.0, "searches": 1, "tokens": 20, "hit": 1.0, "passed_on": False, "executor_f1": 0.0,
+            "passed_on_last": False}  # fmt: skip
     rows = [
         {**base, "id": "0", "type": "compositional", "f1": 1.0, "tasks": 2, "restated": 0, "chained": True,
          "empty_answers": 0, "planned": 2, "hop1_f1": 1.0, "hop2_f1": 0.5},
@@ -335,8 +344,10 @@ def test_the_report_tables_the_hierarchy_by_question_type(report, tmp_path):
     report.write_report(doc, tmp_path / "qa.md")
     text = (tmp_path / "qa.md").read_text()
     label = report.METHODS["coda"]
-    assert f"| {label} | compositional | 2 × 1 | 1.50 | 50% | 33% | 100% | 2 | 0.500 | 0.250 | 33% | 0.500 |" in text
-    assert f"| {label} | comparison | 1 × 1 | 2.00 | 100% | 0% | 0% | 0 | – | – | 0% | 0.500 |" in text
+    # Hop 1 right only on row 0: hop 2 there is 0.5 (1 question).
+    row = "| compositional | 2 × 1 | 1.50 | 2.00 | 50% | 33% | 100% | 2 | 0.500 | 0.250 | 0.500 (1) | 33% | 0% | 0.500 |"
+    assert f"| {label} {row}" in text
+    assert f"| {label} | comparison | 1 × 1 | 2.00 | – | 100% | 0% | 0% | 0 | – | – | – (0) | 0% | 0% | 0.500 |" in text
     assert f"| {label} | all | 3 × 1 |" in text
 
 
