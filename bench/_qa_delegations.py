@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from agents.rewards.peco import restates  # a CoDA task that asks the whole question
 from bench._qa_arms import DATASETS
 
-
 HOP1_RIGHT = 0.5  # a first hop's F1 from which it counts as right (its answer names the bridge entity)
 
 
