@@ -345,7 +345,9 @@ def test_the_report_tables_the_hierarchy_by_question_type(report, tmp_path):
     text = (tmp_path / "qa.md").read_text()
     label = report.METHODS["coda"]
     # Hop 1 right only on row 0: hop 2 there is 0.5 (1 question).
-    row = "| compositional | 2 × 1 | 1.50 | 2.00 | 50% | 33% | 100% | 2 | 0.500 | 0.250 | 0.500 (1) | 33% | 0% | 0.500 |"
+    row = (
+        "| compositional | 2 × 1 | 1.50 | 2.00 | 50% | 33% | 100% | 2 | 0.500 | 0.250 | 0.500 (1) | 33% | 0% | 0.500 |"
+    )
     assert f"| {label} {row}" in text
     assert f"| {label} | comparison | 1 × 1 | 2.00 | – | 100% | 0% | 0% | 0 | – | – | – (0) | 0% | 0% | 0.500 |" in text
     assert f"| {label} | all | 3 × 1 |" in text
