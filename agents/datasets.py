@@ -28,11 +28,9 @@ fixed split of a dataset that has one).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
-import lzma
 import random
 import re
 from dataclasses import dataclass, field
@@ -294,58 +292,12 @@ def _fixed_split(row: dict[str, Any], name: str, fraction: float) -> PromptRecor
     return _flashrag_record(row, name, HELDOUT if held_out(qid, fraction) else "train", qid)
 
 
-@functools.cache
-def _paragraphs(corpus: Path) -> dict[str, tuple[str, str]]:
-    """A bundled corpus by id: (title, paragraph), from rows ``{"id", "contents": "\"<title>\"\n<paragraph>"}``."""
-    out = {}
-    with lzma.open(corpus, "rt") as fh:
-        for line in fh:
-            if line.strip():
-                row = json.loads(line)
-                title, _, text = str(row["contents"]).partition("\n")
-                out[str(row["id"])] = (title.strip().strip('"'), text)
-    return out
-
-
-def _paragraph_reader(name: str):
-    """The reader of a bundled dataset's comparison values from its gold paragraphs (None: no such reader)."""
-    if name == "2wiki-dev":
-        from agents.plan_values import paragraph_evidences
-    elif name == "hotpotqa-dev":
-        from agents.hotpot_values import paragraph_evidences
-    else:
-        return None
-    return paragraph_evidences
-
-
 def _with_paragraph_evidences(records: list[PromptRecord], name: str = "2wiki-dev") -> list[PromptRecord]:
-    """Train rows whose comparison has no evidence triples (2Wiki's fifth without them, every HotpotQA one) get
-    them read from their gold paragraphs (``agents.plan_values``, ``agents.hotpot_values``), so make-sft and the
-    rollout's per-role reward plan them alike. Held-out rows are left as they are: their annotations never
-    reach training."""
-    reader = _paragraph_reader(name)
-    if reader is None:
-        return records
-    corpus = BUNDLED[name].parent / "corpus.jsonl.xz"
-    if not corpus.is_file():
-        log.warning("%s missing: %s comparisons without evidence triples stay without a plan", corpus, name)
-        return records
-    paragraphs = _paragraphs(corpus)
-    out = []
-    for r in records:
-        ids = r.metadata.get("supporting_doc_ids") or []
-        if r.split == HELDOUT or r.metadata.get("evidences") or not ids:
-            out.append(r)
-            continue
-        docs = dict(paragraphs[str(i)] for i in ids if str(i) in paragraphs)
-        row = {"question": r.question, "golden_answers": r.golden_answers, "metadata": r.metadata}
-        evidences = reader(row, docs)
-        if evidences is None:
-            out.append(r)
-            continue
-        meta = {**r.metadata, "evidences": evidences, "evidences_source": "paragraphs"}
-        out.append(dataclasses.replace(r, metadata=meta))
-    return out
+    """``agents.gold_paragraphs.with_paragraph_evidences``: train comparisons without evidence triples get them
+    read from their gold paragraphs (imported here, not at the top: that module imports this one)."""
+    from agents.gold_paragraphs import with_paragraph_evidences
+
+    return with_paragraph_evidences(records, name)
 
 
 def question_type(record: PromptRecord) -> str:

@@ -22,21 +22,20 @@ from collections.abc import Mapping
 
 from agents.answers import normalize_answer
 from agents.plan_values import (
-    _DATE,
-    _EARLY,
-    _LATE,
-    _names,
-    _nationality_values,
-    _paragraph,
-    _value,
+    DATE,
+    EARLY,
+    LATE,
     compared_relation,
+    date_year,
     earlier,
-    release_date,
+    names,
+    nationality_values,
+    paragraph_of,
+    value,
+    without_names,
 )
 from agents.plans import entity, question_type
 
-_ORDER_EARLY = re.compile(rf"\b(?:{_EARLY})\b", re.I)
-_ORDER_LATE = re.compile(rf"\b(?:{_LATE})\b", re.I)
 _EVENT = re.compile(r"\b(?:battles?|wars?|case|invasion|took place|occurred|fought|happened)\b", re.I)
 _WORK = re.compile(r"\b(?:documentar(?:y|ies)|films?|movies?|albums?|books?|novels?|games?)\b", re.I)
 # "older" asks a person's birth in 2Wiki's shapes; of a magazine or a band it asks its founding.
@@ -86,7 +85,7 @@ def hotpot_relation(shape: str) -> tuple[str, str] | None:
             return relation, "high" if _MORE.search(shape) else "low"
     if _TALLER.search(shape):
         return "height", "high"
-    early, late = _ORDER_EARLY.search(shape), _ORDER_LATE.search(shape)
+    early, late = EARLY.search(shape), LATE.search(shape)
     order = None if bool(early) == bool(late) else "early" if early else "late"
     if _EVENT.search(shape) and order:
         return "point in time", order
@@ -127,8 +126,8 @@ def height(paragraph: str) -> str | None:
 def event_year(paragraph: str) -> str | None:
     """The year of the paragraph's first date: a battle's "(1–26 June 1918)", a case's "429 U.S. 190 (1976)".
     Only the year: a range's day is the start or the end, which the question does not say."""
-    m = _DATE.search(paragraph[:600])
-    return next(m[g] for g in ("y1", "y2", "y3", "y4") if m[g]) if m else None
+    m = DATE.search(paragraph[:600])
+    return date_year(m) if m else None
 
 
 def _read(relation: str, paragraph: str) -> str | None:
@@ -138,9 +137,7 @@ def _read(relation: str, paragraph: str) -> str | None:
         return height(paragraph)
     if relation == "point in time":
         return event_year(paragraph)
-    if relation == "publication date":
-        return release_date(paragraph)
-    return _value(relation, paragraph)
+    return value(relation, paragraph)
 
 
 def _higher(values: list[str], relation: str) -> int | None:
@@ -205,22 +202,19 @@ def paragraph_evidences(row: dict, paragraphs: Mapping[str, str]) -> list[list[s
         return None
     question, golds = row["question"], [str(g) for g in row["golden_answers"]]
     titles = [str(t) for t in meta.get("supporting_titles") or []]
-    compared = [t for t in titles if _names(question, t)]
+    compared = [t for t in titles if names(question, t)]
     if len(titles) != 2 or len(compared) != 2:
         return None
     # In question order: "Is X taller than Y?" says which one "yes" is about.
     lower = question.lower()
     compared.sort(key=lambda t: lower.find(entity(t).lower()) % (len(lower) + 1))
-    shape = question
-    for title in compared:
-        shape = re.sub(re.escape(entity(title)), " ", shape, flags=re.I)
-    asked = hotpot_relation(shape)
-    texts = [_paragraph(paragraphs, t) for t in compared]
+    asked = hotpot_relation(without_names(question, compared))
+    texts = [paragraph_of(paragraphs, t) for t in compared]
     if asked is None or any(t is None for t in texts):
         return None
     relation, order = asked
     if order == "same":
-        values = _nationality_values([_undescribed(t) for t in texts], golds)
+        values = nationality_values([_undescribed(t) for t in texts], golds)
     else:
         values = [_read(relation, t) for t in texts]
         if any(v is None for v in values):

@@ -25,15 +25,16 @@ _MONTH = (
     r"Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?"
 )
 # A date as 2Wiki's paragraphs write it: "23 March 1946", "November 22, 1917", "January 1973", "1952".
-_DATE = re.compile(
+DATE = re.compile(
     rf"\b(?:(?P<d1>\d{{1,2}})\s+(?P<m1>{_MONTH}),?\s+(?P<y1>\d{{3,4}})"
     rf"|(?P<m2>{_MONTH})\s+(?P<d2>\d{{1,2}}),?\s+(?P<y2>\d{{3,4}})"
     rf"|(?P<m3>{_MONTH})\s+(?P<y3>\d{{3,4}})"
     r"|(?P<y4>\d{4}))(?![\d'’s])"
 )
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-_EARLY = r"first|earlier|sooner|older"
-_LATE = r"later|last|more recently|most recently|younger"
+# The order words that ask for the earlier / the later of two values.
+EARLY = re.compile(r"\b(?:first|earlier|sooner|older)\b", re.I)
+LATE = re.compile(r"\b(?:later|last|more recently|most recently|younger)\b", re.I)
 # 2Wiki's question shapes, most specific first: (pattern, the compared relation); the order words decide which
 # end of the dates the gold is at.
 _SHAPES = (
@@ -76,13 +77,18 @@ def _key(text: str) -> str:
 
 def date_key(text: str) -> tuple[int, int, int] | None:
     """(year, month, day) of one written date, 0 where the text does not say; None when it is no date."""
-    m = _DATE.fullmatch(text.strip())
+    m = DATE.fullmatch(text.strip())
     if m is None:
         return None
-    year = next(m[g] for g in ("y1", "y2", "y3", "y4") if m[g])
+    year = date_year(m)
     month = next((m[g] for g in ("m1", "m2", "m3") if m[g]), None)
     day = next((m[g] for g in ("d1", "d2") if m[g]), None)
     return int(year), _MONTHS.index(month[:3].lower()) + 1 if month else 0, int(day) if day else 0
+
+
+def date_year(m: re.Match[str]) -> str:
+    """The year of a ``DATE`` match, as written."""
+    return next(m[g] for g in ("y1", "y2", "y3", "y4") if m[g])
 
 
 def earlier(a: str, b: str) -> int | None:
@@ -100,7 +106,7 @@ def earlier(a: str, b: str) -> int | None:
 
 
 def _first_date(text: str) -> str | None:
-    m = _DATE.search(text)
+    m = DATE.search(text)
     return m[0] if m else None
 
 
@@ -114,7 +120,7 @@ def life_dates(paragraph: str) -> tuple[str | None, str | None]:
     2001 )": two dates are birth and death; "(born 12 May 1920)", "( died 11 November 875)"), else "born ..." /
     "died ..." in the text."""
     for inner in re.findall(r"\(([^()]*)\)", paragraph[:400]):
-        dates = [m[0] for m in _DATE.finditer(_unglue(inner))]
+        dates = [m[0] for m in DATE.finditer(_unglue(inner))]
         if len(dates) >= 2:
             return dates[0], dates[1]
         if not dates:
@@ -124,8 +130,8 @@ def life_dates(paragraph: str) -> tuple[str | None, str | None]:
         if re.search(r"\b(?:born|b\.)", inner):
             return dates[0], None
         break  # a lone date in the parenthesis: birth or death, the text does not say
-    born = re.search(r"\bborn\b[^.;()]{0,40}?" + _DATE.pattern, paragraph)
-    died = re.search(r"\bdied\b[^.;()]{0,40}?" + _DATE.pattern, paragraph)
+    born = re.search(r"\bborn\b[^.;()]{0,40}?" + DATE.pattern, paragraph)
+    died = re.search(r"\bdied\b[^.;()]{0,40}?" + DATE.pattern, paragraph)
     return (_first_date(born[0]) if born else None), (_first_date(died[0]) if died else None)
 
 
@@ -134,14 +140,14 @@ def release_date(paragraph: str) -> str | None:
     m = re.search(r"\b(?:is|was)\s+(?:a|an)\s+(\d{4})\b(?![\d'’s])", paragraph)
     if m:
         return m[1]
-    m = re.search(r"\b(?:released|published|premiered)\b[^.;]{0,60}?" + _DATE.pattern, paragraph)
+    m = re.search(r"\b(?:released|published|premiered)\b[^.;]{0,60}?" + DATE.pattern, paragraph)
     return _first_date(m[0]) if m else None
 
 
 def founding_date(paragraph: str) -> str | None:
     m = re.search(
         r"\b(?:founded|established|formed|launched|created|incorporated|first issue|started|"
-        r"published (?:from|between|since))\b[^.;]{0,60}?" + _DATE.pattern,
+        r"published (?:from|between|since))\b[^.;]{0,60}?" + DATE.pattern,
         paragraph,
         re.I,
     )
@@ -169,7 +175,8 @@ def _demonym(word: str) -> bool:
     return word not in _NOT_DEMONYM and (word in _DEMONYM_ALSO or bool(_DEMONYM.search(word)))
 
 
-def _value(relation: str, paragraph: str) -> str | None:
+def value(relation: str, paragraph: str) -> str | None:
+    """A birth, death, release or founding date as ``paragraph`` writes it; None for another relation."""
     if relation in ("date of birth", "date of death"):
         born, died = life_dates(paragraph)
         return born if relation == "date of birth" else died
@@ -190,30 +197,40 @@ def compared_relation(question: str) -> tuple[str, str] | None:
         return None
     if relation == "country of citizenship":
         return relation, "same"
-    early, late = re.search(rf"\b(?:{_EARLY})\b", question, re.I), re.search(rf"\b(?:{_LATE})\b", question, re.I)
+    early, late = EARLY.search(question), LATE.search(question)
     if bool(early) == bool(late):
         return None
     return relation, "early" if early else "late"
 
 
-def _paragraph(paragraphs: Mapping[str, str], title: str) -> str | None:
+def paragraph_of(paragraphs: Mapping[str, str], title: str) -> str | None:
+    """``title``'s paragraph in ``paragraphs`` (title → text), matched as written, else by its entity's key."""
     if title in paragraphs:
         return paragraphs[title]
     return next((p for t, p in paragraphs.items() if _key(t) == _key(title)), None)
 
 
-def _names(text: str, title: str) -> bool:
-    name = normalize_answer(entity(title))
+def names(text: str, title: str) -> bool:
+    """Whether ``text`` names ``title``'s entity, as whole words once normalised."""
+    name = _key(title)
     return bool(name) and f" {name} " in f" {normalize_answer(text)} "
+
+
+def without_names(question: str, titles: list[str]) -> str:
+    """The question's shape: without the entities ``titles`` name ("The Last Of The Knucklemen" says nothing
+    of which end is asked for)."""
+    for title in titles:
+        question = re.sub(re.escape(entity(title)), " ", question, flags=re.I)
+    return question
 
 
 def _bridges(compared: list[str], ends: list[str], paragraphs: Mapping[str, str]) -> list[str] | None:
     """Each compared entity's bridge: the end its paragraph names (one pairing only, else None)."""
-    texts = [_paragraph(paragraphs, t) or "" for t in compared]
+    texts = [paragraph_of(paragraphs, t) or "" for t in compared]
     fits = [
         pairing
         for pairing in (ends, ends[::-1])
-        if all(_names(text, end) for text, end in zip(texts, pairing, strict=True))
+        if all(names(text, end) for text, end in zip(texts, pairing, strict=True))
     ]
     return list(fits[0]) if len(fits) == 1 else None
 
@@ -228,7 +245,7 @@ def _agrees(values: list[str], order: str, compared: list[str], golds: list[str]
     return _key(winner) in gold_keys or normalize_answer(winner) in gold_keys
 
 
-def _nationality_values(texts: list[str], golds: list[str]) -> list[str] | None:
+def nationality_values(texts: list[str], golds: list[str]) -> list[str] | None:
     """One nationality per entity, agreeing with a yes/no gold: a shared one for "yes", the first of each of
     two disjoint sets for "no"."""
     found = [nationalities(t) for t in texts]
@@ -245,8 +262,8 @@ def _nationality_values(texts: list[str], golds: list[str]) -> list[str] | None:
 
 def _values(relation: str, order: str, texts: list[str], compared: list[str], golds: list[str]):
     if order == "same":
-        return _nationality_values(texts, golds)
-    values = [_value(relation, t) for t in texts]
+        return nationality_values(texts, golds)
+    values = [value(relation, t) for t in texts]
     if any(v is None for v in values) or not _agrees(values, order, compared, golds):
         return None
     return values
@@ -262,13 +279,10 @@ def paragraph_evidences(row: dict, paragraphs: Mapping[str, str]) -> list[list[s
     qtype = question_type(row)
     question, golds = row["question"], [str(g) for g in row["golden_answers"]]
     titles = [str(t) for t in meta.get("supporting_titles") or []]
-    compared = [t for t in titles if _names(question, t)]
+    compared = [t for t in titles if names(question, t)]
     if qtype not in ("comparison", "bridge_comparison") or len(compared) != 2:
         return None
-    # The shape without the names: "The Last Of The Knucklemen" says nothing of which end is asked for.
-    shape = question
-    for title in compared:
-        shape = re.sub(re.escape(entity(title)), " ", shape, flags=re.I)
+    shape = without_names(question, compared)
     asked = compared_relation(shape)
     if asked is None:
         return None
@@ -276,7 +290,7 @@ def paragraph_evidences(row: dict, paragraphs: Mapping[str, str]) -> list[list[s
     if qtype == "comparison":
         if len(titles) != 2:
             return None
-        texts = [_paragraph(paragraphs, t) for t in compared]
+        texts = [paragraph_of(paragraphs, t) for t in compared]
         if any(t is None for t in texts):
             return None
         if relation == "country of citizenship" and (_WORK.search(shape) or all(_WORK.search(t[:200]) for t in texts)):
@@ -290,12 +304,12 @@ def paragraph_evidences(row: dict, paragraphs: Mapping[str, str]) -> list[list[s
     bridges = _bridges(compared, ends, paragraphs)
     if bridges is None:
         return None
-    texts = [_paragraph(paragraphs, b) for b in bridges]
+    texts = [paragraph_of(paragraphs, b) for b in bridges]
     if any(t is None for t in texts):
         return None
     values = _values(relation, order, texts, compared, golds)
     if values is None:
         return None
-    names = [entity(b) for b in bridges]
-    hop1 = [[c, first_hop, n] for c, n in zip(compared, names, strict=True)]
-    return hop1 + [[n, relation, v] for n, v in zip(names, values, strict=True)]
+    ends_named = [entity(b) for b in bridges]
+    hop1 = [[c, first_hop, n] for c, n in zip(compared, ends_named, strict=True)]
+    return hop1 + [[n, relation, v] for n, v in zip(ends_named, values, strict=True)]
