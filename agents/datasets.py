@@ -276,8 +276,10 @@ def load_bundled(name: str) -> list[PromptRecord]:
     if name not in BUNDLED:
         raise ValueError(f"unknown bundled dataset {name!r}; known: {sorted(BUNDLED)}")
     if name in FIXED_SPLITS:
+        from agents.gold_paragraphs import with_paragraph_evidences  # here: that module imports this one
+
         records = [_fixed_split(row, name, FIXED_SPLITS[name]) for row in _read_jsonl(BUNDLED[name])]
-        return _with_paragraph_evidences(records, name)
+        return with_paragraph_evidences(records, name)
     records = read_flashrag_jsonl(BUNDLED[name], data_source=name.split("-")[0])
     if name == "hotpotqa":
         records = [
@@ -290,14 +292,6 @@ def load_bundled(name: str) -> list[PromptRecord]:
 def _fixed_split(row: dict[str, Any], name: str, fraction: float) -> PromptRecord:
     qid = str(row["id"])
     return _flashrag_record(row, name, HELDOUT if held_out(qid, fraction) else "train", qid)
-
-
-def _with_paragraph_evidences(records: list[PromptRecord], name: str = "2wiki-dev") -> list[PromptRecord]:
-    """``agents.gold_paragraphs.with_paragraph_evidences``: train comparisons without evidence triples get them
-    read from their gold paragraphs (imported here, not at the top: that module imports this one)."""
-    from agents.gold_paragraphs import with_paragraph_evidences
-
-    return with_paragraph_evidences(records, name)
 
 
 def question_type(record: PromptRecord) -> str:

@@ -48,7 +48,16 @@ BUNDLED_INDEXES = {
 
 # The files whose code decides what a demonstration holds (besides the data, the prompts, the settings and the
 # agent module that defines the format).
-DEMONSTRATION_CODE = ("agents/plans.py", "tools/make_sft.py", "agents/core/demonstrations.py")
+DEMONSTRATION_CODE = (
+    "agents/plans.py",
+    "agents/hotpot_plans.py",
+    "agents/plan_values.py",
+    "agents/hotpot_values.py",
+    "agents/gold_paragraphs.py",
+    "agents/coda_demos.py",
+    "tools/make_sft.py",
+    "agents/core/demonstrations.py",
+)
 
 
 def content_key(*parts: object) -> str:

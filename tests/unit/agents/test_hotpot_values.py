@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.datasets import HELDOUT, _with_paragraph_evidences, load_bundled, select_split
+from agents.datasets import HELDOUT, load_bundled, select_split
+from agents.gold_paragraphs import with_paragraph_evidences
 from agents.hotpot_values import count_range, hotpot_relation, names_gold, paragraph_evidences
 from agents.plans import plan
 
@@ -182,7 +183,7 @@ def test_bundled_train_comparisons_get_a_plan_and_held_out_rows_none():
     original = dataclasses.replace(
         read[0], metadata={k: v for k, v in read[0].metadata.items() if "evidences" not in k}
     )
-    (held,) = _with_paragraph_evidences([dataclasses.replace(original, split=HELDOUT)], "hotpotqa-dev")
+    (held,) = with_paragraph_evidences([dataclasses.replace(original, split=HELDOUT)], "hotpotqa-dev")
     assert held.metadata is original.metadata and "evidences" not in held.metadata
-    (train,) = _with_paragraph_evidences([original], "hotpotqa-dev")
+    (train,) = with_paragraph_evidences([original], "hotpotqa-dev")
     assert train.metadata["evidences"] == read[0].metadata["evidences"] and "evidences" not in original.metadata

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.datasets import HELDOUT, _with_paragraph_evidences, load_bundled, select_split
+from agents.datasets import HELDOUT, load_bundled, select_split
+from agents.gold_paragraphs import with_paragraph_evidences
 from agents.plan_values import date_key, earlier, life_dates, nationalities, paragraph_evidences
 from agents.plans import plan, question_type
 
@@ -199,7 +200,7 @@ def test_bundled_train_comparisons_without_triples_get_a_plan_and_held_out_rows_
     # The same row held out keeps its metadata as the dataset has it.
     original = dataclasses.replace(read[0], metadata={**read[0].metadata, "evidences": None})
     del original.metadata["evidences_source"]
-    (held,) = _with_paragraph_evidences([dataclasses.replace(original, split=HELDOUT)])
+    (held,) = with_paragraph_evidences([dataclasses.replace(original, split=HELDOUT)])
     assert held.metadata is original.metadata and held.metadata["evidences"] is None
-    (train,) = _with_paragraph_evidences([original])
+    (train,) = with_paragraph_evidences([original])
     assert train.metadata["evidences"] == read[0].metadata["evidences"] and original.metadata["evidences"] is None
