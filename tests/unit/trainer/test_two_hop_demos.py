@@ -245,7 +245,7 @@ PLANNER_TURNS = {
     "c": (
         [
             "<task> When was Red Kite released?\nWhen was Blue Heron released? </task>",
-            "<think> Red Kite: 1961. Blue Heron: 1950. </think>\n<answer> Blue Heron </answer>",
+            "<answer> Blue Heron </answer>",
         ],
         ["\n<result>1961</result>\n\n<result>1950</result>\n"],
     ),
@@ -254,7 +254,7 @@ PLANNER_TURNS = {
         [
             "<task> Who is the director of Red Kite?\nWho is the director of Blue Heron? </task>",
             "<task> When was Tomas Vale born?\nWhen was Ana Reis born? </task>",
-            "<think> Red Kite: Tomas Vale, 1920. Blue Heron: Ana Reis, 1910. </think>\n<answer> Blue Heron </answer>",
+            "<answer> Blue Heron </answer>",
         ],
         [
             "\n<result>Tomas Vale</result>\n\n<result>Ana Reis</result>\n",
