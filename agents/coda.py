@@ -53,12 +53,12 @@ from pydantic import Field
 
 from agents.answers import normalize_answer
 from agents.base import Agent, AgentParams, Scoring, episode_reward
-from agents.coda_demos import THOUGHTS, executor_demonstration, planner_demonstration, weighing
+from agents.coda_demos import THOUGHTS, executor_demonstration, planner_demonstration
 from agents.core.demonstrations import DemoFormat, Question, Writer, Written
 from agents.core.episode import AgentContext, Episode, RewardResult, SearchTrace, TokenTrajectory, search_documents
 from agents.core.turns import Action, AgentRole, Observation, RoleSpec, run_turns
 from agents.datasets import PromptRecord
-from agents.plans import HopPlan, compared_names, plan_for_record, question_type
+from agents.plans import HopPlan, plan_for_record, question_type
 from agents.prompts import (
     INVALID_PLANNER_ACTION,
     INVALID_SEARCH_ACTION,
@@ -310,11 +310,8 @@ def _delegations(w: Writer, q: Question) -> list[dict]:
         turns.append(turn)
     if sum(map(len, turns)) < len(q.plan.tasks):
         return out
-    if q.plan.kind == "bridge":
-        final, weighed = turns[-1][-1][1], None
-    else:  # the planner sets its two results side by side, then names the entity (or yes/no) they point to
-        final, weighed = q.golds[0], weighing(compared_names(q.plan, q.text), turns)
-    planner = planner_demonstration(w.tok, q.text, turns, final, w.style, weighed)
+    final = turns[-1][-1][1] if q.plan.kind == "bridge" else q.golds[0]
+    planner = planner_demonstration(w.tok, q.text, turns, final, w.style)
     return [*out, q.record("planner", planner, final, searches)]
 
 

@@ -46,18 +46,11 @@ def executor_demonstration(tok, task: str, search: Search, answer: str, style: S
 
 
 def planner_demonstration(
-    tok,
-    question: str,
-    turns: Sequence[Sequence[tuple[str, str]]],
-    gold: str,
-    style: Style = Style(),
-    weighed: str | None = None,
+    tok, question: str, turns: Sequence[Sequence[tuple[str, str]]], gold: str, style: Style = Style()
 ) -> Demo:
     """A CoDA planner: each turn's ``(task, its executor's answer)`` pairs in one ``<task>`` block, one task per line
     (a rollout's turn ends at the first ``</task>``; ``split_tasks`` reads the lines back), its results as the
-    rollout returns them (one ``<result>`` block per task, in order), then the answer. ``weighed``: a comparison's
-    results set side by side (``weighing``), written as the answer turn's ``<think>`` whatever the style: it carries
-    the facts the choice is made from, where the fixed sentences carry nothing."""
+    rollout returns them (one ``<result>`` block per task, in order), then the answer."""
     pieces = [(tok.render(planner_messages(question)), 0)]
     before, after = OBSERVATION_WRAP["result"]
     for n, turn in enumerate(turns):
@@ -68,15 +61,5 @@ def planner_demonstration(
         block = TASK_LINE_SEPARATOR.join(task for task, _ in turn)
         pieces.append((tok.encode(f"{style.thought(THOUGHTS[key])}<task> {block} </task>"), 1))
         pieces.append((style.observation(tok, "result", (after + before).join(r for _, r in turn))[0], 0))
-    thought = f"<think> {weighed} </think>\n" if weighed else style.thought(THOUGHTS["conclude"])
-    pieces.append((tok.encode(f"{thought}<answer> {gold} </answer>"), 1))
+    pieces.append((tok.encode(f"{style.thought(THOUGHTS['conclude'])}<answer> {gold} </answer>"), 1))
     return assemble(tok, pieces)
-
-
-def weighing(names: Sequence[str], turns: Sequence[Sequence[tuple[str, str]]]) -> str:
-    """A comparison's results, entity by entity, in the order the question names them: "Red Kite: 1952. Blue Sky:
-    1960." (a bridge_comparison's two hops each: "Film A: Director A, 1 May 1901."). Its planner learns to set the
-    two values side by side, each beside the entity's name as the question writes it, before it names one."""
-    per = [[r for _, r in turn] for turn in turns]
-    facts = [", ".join(results[i] for results in per if i < len(results)) for i in range(len(names))]
-    return " ".join(f"{name}: {fact}." for name, fact in zip(names, facts, strict=True))

@@ -363,18 +363,6 @@ def plan(row: dict) -> HopPlan | None:
     return HopPlan(kind, queries, targets, tasks)
 
 
-def compared_names(hop_plan: HopPlan, question: str) -> list[str]:
-    """A comparison's two entities as the question writes them, in its order (a bridge: [])."""
-    if hop_plan.kind == "comparison":
-        titles = [t[0] for t in hop_plan.targets]
-    elif hop_plan.kind == "bridge_comparison":
-        titles = list(hop_plan.targets[0])
-    else:
-        return []
-    spans = [_span(question, entity(t)) for t in titles]
-    return [question[s[0] : s[1]] if s else entity(t) for t, s in zip(titles, spans, strict=True)]
-
-
 def plan_for_record(record) -> HopPlan | None:
     """The plan of a rollout's ``PromptRecord``, for rewards that score each delegation against its own expected
     result; None for a held-out question (its annotations never reach training) or one without a plan."""

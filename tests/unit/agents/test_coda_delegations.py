@@ -130,24 +130,3 @@ def test_facts_whose_executed_flags_miss_the_executors_are_an_error():
     episode.facts = CodaFacts(("a?", "a?"), ("x", "x"), (True, True))  # two ran, one child
     with pytest.raises(ValueError, match="2 tasks and 2 answers for 1 executors"):
         per_role_reward(episode, Scoring(record=RECORD, settings=None, metric="f1"), CoDAParams())
-
-
-def test_weighing_sets_each_entitys_results_side_by_side_in_the_questions_order():
-    from agents.coda_demos import weighing
-
-    assert weighing(["Red Kite", "Blue Sky"], [[("When was Red Kite released?", "1952"), ("...", "1960")]]) == (
-        "Red Kite: 1952. Blue Sky: 1960."
-    )
-    turns = [[("t1", "Ann Lee"), ("t2", "Bo Ray")], [("t3", "1 May 1901"), ("t4", "1950")]]
-    assert weighing(["Film A", "Film B"], turns) == "Film A: Ann Lee, 1 May 1901. Film B: Bo Ray, 1950."
-
-
-def test_compared_names_are_written_as_the_question_writes_them():
-    from agents.plans import HopPlan, compared_names
-
-    comparison = HopPlan("comparison", ("On Body and Soul", "Pearl Lust"), (("On Body and Soul",), ("Pearl Lust",)))
-    question = "Which film was released first, On Body And Soul or Pearl Lust?"
-    assert compared_names(comparison, question) == ["On Body And Soul", "Pearl Lust"]
-    both = HopPlan("bridge_comparison", (question, "x y"), (("Pearl Lust (film)", "On Body and Soul"), ("x", "y")))
-    assert compared_names(both, question) == ["Pearl Lust", "On Body And Soul"]
-    assert compared_names(HopPlan("bridge", ("q", "b"), (("a",), ("b",))), question) == []
