@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import random
 import re
 from dataclasses import dataclass, field
@@ -38,8 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from agents.answers import gsm8k_target
-
-log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = {
